@@ -1,0 +1,51 @@
+"""
+Packaging for pg-status.
+
+The version has one source, ``pgstatus.__version__``, read here without
+importing the package (its dependencies may not be installed yet).
+"""
+
+import re
+from pathlib import Path
+
+from setuptools import setup
+
+HERE = Path(__file__).parent
+VERSION = re.search(
+    r'^__version__ = "([^"]+)"',
+    (HERE / "pgstatus" / "__init__.py").read_text(),
+    re.M,
+).group(1)
+
+setup(
+    name="pg-status",
+    version=VERSION,
+    description="Sidecar that reports PostgreSQL master, replicas and replica lag over HTTP",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    python_requires=">=3.11",
+    packages=["pgstatus", "twisted.plugins"],
+    package_data={"twisted": ["plugins/pgstatus_plugin.py"]},
+    install_requires=[
+        "twisted>=24.3,<27",
+        "txpostgres>=1.7,<2",
+        "psycopg2>=2.9,<3",
+        "klein>=23.5,<25",
+        "treq>=23.11,<27",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8,<10",
+            "pytest-twisted>=1.14,<2",
+            "testcontainers>=4,<5",
+            "hypothesis>=6.100,<7",
+            "ruff>=0.5",
+        ],
+    },
+    classifiers=[
+        "Framework :: Twisted",
+        "Programming Language :: Python :: 3.11",
+        "Topic :: Database",
+    ],
+)
