@@ -1,0 +1,129 @@
+"""
+The HTTP API as a Klein application bound to a monitor's published view.
+
+Every handler is a thin adapter from a Klein request to
+:class:`~pgstatus.responses.Renderer`, which owns what is answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from klein import Klein
+from twisted.logger import Logger
+from twisted.web.iweb import IRequest
+from werkzeug.exceptions import MethodNotAllowed, NotFound
+
+from pgstatus.config import Config
+from pgstatus.responses import (
+    EMPTY_404,
+    EMPTY_405,
+    REPLICA_ROUTES,
+    Renderer,
+    Response,
+    error,
+    wants_json,
+)
+from pgstatus.state import View
+
+log = Logger(namespace="pgstatus.http")
+
+METHODS = ("GET", "HEAD")
+ALLOW = b"GET, HEAD"
+
+
+def first_args(request: IRequest) -> dict[str, str]:
+    """
+    The first value of every query parameter, decoded leniently.
+    """
+    out: dict[str, str] = {}
+    for k, vs in (request.args or {}).items():
+        if vs:
+            out.setdefault(k.decode("utf-8", "replace"), vs[0].decode("utf-8", "replace"))
+    return out
+
+
+def _accepts_json(request: IRequest) -> bool:
+    accept = request.getHeader(b"accept")
+    return wants_json(accept.decode("latin-1") if accept is not None else None)
+
+
+def send(request: IRequest, r: Response) -> bytes:
+    """
+    Apply ``r`` to ``request`` and return the body for Klein to write.
+    """
+    request.setResponseCode(r.status)
+    if r.content_type is not None:
+        request.setHeader(b"content-type", r.content_type)
+    else:
+        request.responseHeaders.removeHeader(b"content-type")
+    if r.status == 405:
+        request.setHeader(b"allow", ALLOW)
+    return r.body
+
+
+class StatusAPI:
+    """
+    The pg-status HTTP API.
+
+    :param current: returns the monitor's current :class:`View`.
+    :param config: the service configuration.
+    :param version: served by ``/version``.
+    """
+
+    app = Klein()
+
+    def __init__(self, current: Callable[[], View], config: Config, version: str) -> None:
+        self.renderer = Renderer(current, config, version)
+
+    def resource(self) -> Any:
+        """
+        The ``twisted.web`` resource serving this API.
+        """
+        return self.app.resource()
+
+    @app.route("/master", methods=METHODS)
+    def master(self, request: IRequest) -> bytes:
+        return send(request, self.renderer.master(_accepts_json(request)))
+
+    @app.route("/<string:route>", methods=METHODS)
+    def replica(self, request: IRequest, route: str) -> bytes:
+        if route not in REPLICA_ROUTES:
+            return send(request, EMPTY_404)
+        return send(request, self.renderer.replica(
+            route, first_args(request), _accepts_json(request)))
+
+    @app.route("/hosts", methods=METHODS)
+    def hosts(self, request: IRequest) -> bytes:
+        return send(request, self.renderer.hosts())
+
+    @app.route("/status", methods=METHODS)
+    def status(self, request: IRequest) -> bytes:
+        return send(request, self.renderer.status(first_args(request).get("host")))
+
+    @app.route("/version", methods=METHODS)
+    def version(self, request: IRequest) -> bytes:
+        return send(request, self.renderer.version)
+
+    @app.route("/live", methods=METHODS)
+    def live(self, request: IRequest) -> bytes:
+        return send(request, self.renderer.live())
+
+    @app.route("/ready", methods=METHODS)
+    def ready(self, request: IRequest) -> bytes:
+        return send(request, self.renderer.ready())
+
+    @app.handle_errors(NotFound)
+    def not_found(self, request: IRequest, failure: Any) -> bytes:
+        return send(request, EMPTY_404)
+
+    @app.handle_errors(MethodNotAllowed)
+    def not_allowed(self, request: IRequest, failure: Any) -> bytes:
+        return send(request, EMPTY_405)
+
+    @app.handle_errors(Exception)
+    def internal_error(self, request: IRequest, failure: Any) -> bytes:
+        log.failure("request failed path={path}", failure,
+                    path=request.path.decode("latin-1", "replace"))
+        return send(request, error(500, "internal error"))

@@ -1,0 +1,183 @@
+"""
+Lag arithmetic: pure functions from observations to ``lag_ms`` and
+``lag_bytes``, as the specification defines them.
+
+Times are seconds as floats: ``local`` values come from the service's
+clock, ``server`` values from a PostgreSQL server's clock.  The two are
+related through the midpoint of the round trip that measured them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """
+    What one successful status query returned, with the local times around
+    it.
+
+    :ivar started: local time the check started (before any connecting).
+    :ivar sent: local time the status query was sent.
+    :ivar received: local time its answer arrived.
+    :ivar server_now: the server's ``clock_timestamp()`` as epoch seconds.
+    :ivar in_recovery: ``pg_is_in_recovery()``.
+    :ivar wal_lsn: master: ``pg_current_wal_lsn()``.
+    :ivar insert_lsn: master: ``pg_current_wal_insert_lsn()``.
+    :ivar timeline: master: the timeline of its current WAL file; replica:
+        the WAL receiver's timeline, else the control file's.
+    :ivar replay_lsn: replica: ``pg_last_wal_replay_lsn()``.
+    :ivar receive_lsn: replica: ``pg_last_wal_receive_lsn()``.
+    :ivar latest_end_lsn: replica: ``pg_stat_wal_receiver.latest_end_lsn``.
+    :ivar replay_ts: replica: ``pg_last_xact_replay_timestamp()`` as epoch
+        seconds.
+    """
+
+    started: float
+    sent: float
+    received: float
+    server_now: float
+    in_recovery: bool
+    wal_lsn: int | None = None
+    insert_lsn: int | None = None
+    timeline: int | None = None
+    replay_lsn: int | None = None
+    receive_lsn: int | None = None
+    latest_end_lsn: int | None = None
+    replay_ts: float | None = None
+
+    @property
+    def clock_offset(self) -> float:
+        """
+        Server clock minus local clock, estimated at the round trip's
+        midpoint.
+        """
+        return self.server_now - (self.sent + self.received) / 2
+
+    @property
+    def accuracy(self) -> float:
+        """
+        Half the round trip: how far :attr:`clock_offset` may be off.
+        """
+        return max(0.0, (self.received - self.sent) / 2)
+
+
+@dataclass(frozen=True, slots=True)
+class MasterPosition:
+    """
+    A master's position from one successful check, as replicas need it.
+
+    :ivar host_index: which host the master is.
+    :ivar lsn: ``pg_current_wal_lsn()``.
+    :ivar unwritten: the master had WAL it had not written yet
+        (``pg_current_wal_insert_lsn() > pg_current_wal_lsn()``).
+    :ivar timeline: the master's timeline, if known.
+    :ivar check_started: local time that check started.
+    :ivar clock_offset: master clock minus local clock.
+    :ivar accuracy: uncertainty of ``clock_offset``.
+    """
+
+    host_index: int
+    lsn: int
+    unwritten: bool
+    timeline: int | None
+    check_started: float
+    clock_offset: float
+    accuracy: float
+
+    @classmethod
+    def from_observation(cls, host_index: int, obs: Observation) -> MasterPosition | None:
+        """
+        The position a master's observation gives, or ``None`` without an
+        LSN.
+        """
+        if obs.wal_lsn is None:
+            return None
+        unwritten = obs.insert_lsn is not None and obs.insert_lsn > obs.wal_lsn
+        return cls(
+            host_index, obs.wal_lsn, unwritten, obs.timeline, obs.started,
+            obs.clock_offset, obs.accuracy,
+        )
+
+
+def timelines_differ(a: int | None, b: int | None) -> bool:
+    """
+    Two timelines are known and different.
+    """
+    return a is not None and b is not None and a != b
+
+
+def lag_bytes(obs: Observation, master: MasterPosition | None) -> int | None:
+    """
+    ``max(0, max(master_lsn, received_lsn, latest_end_lsn) - replay_lsn)``.
+
+    :param obs: the replica's observation.
+    :param master: the position of the selected master, or of the master
+        selected last; ``None`` if no master was ever seen.
+    :return: bytes still to replay, or ``None`` when there is nothing to
+        compare with or the replica is on another timeline than the master.
+    """
+    if obs.replay_lsn is None:
+        return None
+    if master is not None and timelines_differ(obs.timeline, master.timeline):
+        return None
+    candidates = [
+        v
+        for v in (master.lsn if master else None, obs.receive_lsn, obs.latest_end_lsn)
+        if v is not None
+    ]
+    if not candidates:
+        return None
+    return max(0, max(candidates) - obs.replay_lsn)
+
+
+def commit_age_ms(obs: Observation, master: MasterPosition | None) -> int | None:
+    """
+    Age of the last replayed transaction, in milliseconds, corrected for a
+    replica clock that is behind the master's by more than the measurement
+    accuracy of both clocks.
+
+    :return: ``None`` until the replica has replayed a transaction.
+    """
+    if obs.replay_ts is None:
+        return None
+    age = obs.server_now - obs.replay_ts
+    if master is not None:
+        behind = master.clock_offset - obs.clock_offset
+        if behind > master.accuracy + obs.accuracy:
+            age += behind
+    return max(0, round(age * 1000))
+
+
+def lag_ms(
+    obs: Observation,
+    master: MasterPosition | None,
+    master_check_ok: bool,
+    now: float,
+) -> int | None:
+    """
+    ``min(commit_age, time since the start of the master's last check)``
+    while the replica sits exactly at that check's position on the same
+    timeline, the check succeeded and the master had no unwritten WAL;
+    otherwise the commit age alone.
+
+    :param master: the currently selected master's last position, or
+        ``None`` when no master is selected.
+    :param master_check_ok: the selected master's last check succeeded.
+    :param now: local time the bound is measured at.
+    :return: milliseconds, or ``None`` when unknown.
+    """
+    age = commit_age_ms(obs, master)
+    if (
+        master is not None
+        and master_check_ok
+        and not master.unwritten
+        and obs.replay_lsn is not None
+        and obs.replay_lsn == master.lsn
+        and obs.timeline is not None
+        and obs.timeline == master.timeline
+    ):
+        bound = max(0, round((now - master.check_started) * 1000))
+        return bound if age is None else min(age, bound)
+    return age

@@ -1,0 +1,318 @@
+"""
+The monitor: one scheduler per host, all on the reactor thread.
+
+A check of a host starts ``sleep_ms`` after the previous check of that host
+started; checks of a host never overlap, an overrun is followed at once by
+the next check, and missed periods are not made up.  Every check runs under
+a :class:`~pgstatus.turns.Deadline` of ``query_timeout_ms`` whose expiry
+aborts the probe (closing its connection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from pgstatus import lag
+from pgstatus.config import Config
+from pgstatus.errorlog import PollErrorLimiter
+from pgstatus.lag import MasterPosition, Observation
+from pgstatus.probe import CheckFailed, PostgresProbe
+from pgstatus.state import HostState, Registry, View, describe_changes
+from pgstatus.turns import ConnectTurns, Deadline
+
+log = Logger(namespace="pgstatus.monitor")
+
+#: the longest period of a dead host that fails late, unless sleep_ms is longer
+MAX_DEAD_PERIOD = 8.0
+
+
+class Probe(Protocol):
+    """
+    What a monitor needs of a probe (see :class:`PostgresProbe`).
+    """
+
+    def check(self, started: float, deadline: Deadline) -> Deferred[Observation]: ...
+
+    def abort(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class HostMonitor:
+    """
+    Checks one host on its own schedule and records the results in its
+    :class:`HostState`.
+
+    :param state: the host's record, owned by this monitor.
+    :param registry: publishes the state after every check.
+    :param probe: runs a check.
+    :param clock: time and timers.
+    :param config: periods, deadline, thresholds.
+    :param master_monitor: returns the monitor of the selected master, so a
+        replica's check can wait for a master check in progress.
+    """
+
+    def __init__(
+        self,
+        state: HostState,
+        registry: Registry,
+        probe: Probe,
+        clock: IReactorTime,
+        config: Config,
+        master_monitor: Callable[[], HostMonitor | None] = lambda: None,
+    ) -> None:
+        self.state = state
+        self._registry = registry
+        self.probe = probe
+        self._clock = clock
+        self._config = config
+        self._master_monitor = master_monitor
+        self._limiter = PollErrorLimiter(config.poll_error_log_interval_ms)
+        self._timer: IDelayedCall | None = None
+        self._running = False
+        self.checking = False
+        self._waiters: list[Callable[[], None]] = []
+        self._late_failures = 0
+        self.checks = 0
+        self.last_started: float | None = None
+
+    @property
+    def name(self) -> str:
+        """
+        The host name.
+        """
+        return self.state.host.name
+
+    def start(self, delay: float = 0.0) -> None:
+        """
+        Start checking after ``delay`` seconds.
+        """
+        self._running = True
+        if delay > 0:
+            self._timer = self._clock.callLater(delay, self._run)
+        else:
+            self._run()
+
+    def stop(self) -> None:
+        """
+        Stop checking and close the connection.
+        """
+        self._running = False
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        self.probe.close()
+
+    def on_check_done(self, callback: Callable[[], None]) -> None:
+        """
+        Call ``callback`` once, when the check in progress ends.
+        """
+        self._waiters.append(callback)
+
+    def _period(self) -> float:
+        sleep = self._config.sleep_ms / 1000
+        if self.state.dead and self._late_failures and self._registry.view.master is not None:
+            return min(max(MAX_DEAD_PERIOD, sleep), sleep * 2 ** self._late_failures)
+        return sleep
+
+    def _run(self) -> None:
+        self._timer = None
+        if not self._running:
+            return
+        self.checking = True
+        self.checks += 1
+        started = self.last_started = self._clock.seconds()
+        deadline = Deadline(self._clock, self._config.query_timeout_ms / 1000, self.probe.abort)
+        try:
+            d = self.probe.check(started, deadline)
+        except Exception:
+            d = Deferred()
+            d.errback(Failure())
+        d.addBoth(self._checked, started, deadline)
+        d.addErrback(self._bug)
+
+    def _bug(self, f: Failure) -> None:
+        # Never let an error stop the schedule.
+        log.failure("internal error in check of host={host}", f, host=self.name)
+        self._finish(self._clock.seconds())
+
+    def _checked(self, result: Observation | Failure, started: float, deadline: Deadline) -> None:
+        timed_out = deadline.fired
+        deadline.stop()
+        if isinstance(result, Failure):
+            self._record_failure(result, timed_out, started)
+            self._finish(started)
+            return
+        master_mon = self._master_monitor()
+        if result.in_recovery and master_mon is not None and master_mon is not self \
+                and master_mon.checking:
+            self._wait_for_master(master_mon, result, started)
+            return
+        self._record_success(result)
+        self._finish(started)
+
+    def _wait_for_master(self, master_mon: HostMonitor, obs: Observation, started: float) -> None:
+        """
+        Use the result of the master's check in progress for the lag, but
+        do not wait past this host's next check.
+        """
+        done = False
+
+        def go() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            if limit.active():
+                limit.cancel()
+            if self._running:
+                self._record_success(obs)
+            self._finish(started)
+
+        limit = self._clock.callLater(
+            max(0.0, started + self._period() - self._clock.seconds()), go)
+        master_mon.on_check_done(go)
+
+    def _finish(self, started: float) -> None:
+        self.checking = False
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            w()
+        if not self._running:
+            return
+        delay = max(0.0, started + self._period() - self._clock.seconds())
+        self._timer = self._clock.callLater(delay, self._run)
+
+    def _record_success(self, obs: Observation) -> None:
+        st = self.state
+        was_failing = st.failures
+        registry = self._registry
+        if obs.in_recovery:
+            selected = registry.master_state()
+            current = None
+            check_ok = False
+            if selected is not None and selected is not st:
+                current = selected.position
+                check_ok = not selected.last_failed
+            last = registry.last_master_position
+            if last is not None and last.host_index == st.index:
+                last = None
+            st.succeeded(
+                master=False,
+                lsn=obs.replay_lsn,
+                timeline=obs.timeline,
+                lag_ms=lag.lag_ms(obs, current, check_ok, obs.received),
+                lag_bytes=lag.lag_bytes(obs, current if current is not None else last),
+                position=None,
+            )
+        else:
+            st.succeeded(
+                master=True, lsn=obs.wal_lsn, timeline=obs.timeline, lag_ms=0, lag_bytes=0,
+                position=MasterPosition.from_observation(st.index, obs),
+            )
+        self._late_failures = 0
+        self._limiter.on_success()
+        if was_failing:
+            log.info("host poll recovered host={host} after_failures={n}",
+                     host=self.name, n=was_failing)
+        log.debug(
+            "checked host={host} role={role} lsn={lsn} timeline={tl} lag_ms={lms} "
+            "lag_bytes={lb} duration_ms={ms}",
+            host=self.name, role="replica" if obs.in_recovery else "master",
+            lsn=st.lsn, tl=st.timeline, lms=st.lag_ms, lb=st.lag_bytes,
+            ms=round((obs.received - obs.started) * 1000),
+        )
+        registry.publish(st.index)
+
+    def _record_failure(self, f: Failure, timed_out: bool, started: float) -> None:
+        st = self.state
+        st.failed()
+        err = f.value
+        if timed_out:
+            operation = err.operation if isinstance(err, CheckFailed) else "check"
+            message = f"no answer within query_timeout_ms={self._config.query_timeout_ms}"
+            late = isinstance(err, CheckFailed) and err.late
+        elif isinstance(err, CheckFailed):
+            operation, message, late = err.operation, err.message, err.late
+        else:
+            operation, message, late = "check", f"{type(err).__name__}: {err}", False
+        if st.dead and late:
+            self._late_failures += 1
+        elif not late:
+            self._late_failures = 0
+        fmt = ("poll failed host={host} operation={operation} error={error} "
+               "consecutive_failures={n}")
+        if self._limiter.on_failure(self._clock.seconds()):
+            log.error(fmt, host=self.name, operation=operation, error=message, n=st.failures)
+        else:
+            log.debug(fmt, host=self.name, operation=operation, error=message, n=st.failures)
+        self._registry.publish(st.index)
+
+
+class MonitorService(Service):
+    """
+    Owns the :class:`Registry` and one :class:`HostMonitor` per configured
+    host.
+
+    :param config: the service configuration.
+    :param reactor: the reactor (TCP, timers, name resolution).
+    :param probe_factory: ``(host_index) -> Probe``; defaults to real
+        PostgreSQL probes.
+    """
+
+    name = "monitor"
+
+    def __init__(self, config: Config, reactor: Any,
+                 probe_factory: Callable[[int], Probe] | None = None) -> None:
+        self.config = config
+        self._reactor = reactor
+        self.registry = Registry(config)
+        self.turns = ConnectTurns.for_hosts(reactor, config.sleep_ms, len(config.hosts))
+        if probe_factory is None:
+            def probe_factory(i: int) -> Probe:
+                return PostgresProbe(reactor, config.hosts[i], config, self.turns)
+        self.monitors = [
+            HostMonitor(state, self.registry, probe_factory(state.index), reactor, config,
+                        self._master_monitor)
+            for state in self.registry.states
+        ]
+        self.registry.observe(_log_changes)
+
+    def _master_monitor(self) -> HostMonitor | None:
+        m = self.registry.view.master
+        return None if m is None else self.monitors[m.index]
+
+    @property
+    def view(self) -> View:
+        """
+        The current published view.
+        """
+        return self.registry.view
+
+    def startService(self) -> None:
+        """
+        Start every host's schedule.
+        """
+        super().startService()
+        for m in self.monitors:
+            m.start()
+
+    def stopService(self) -> None:
+        """
+        Stop every schedule and close every connection.
+        """
+        super().stopService()
+        for m in self.monitors:
+            m.stop()
+
+
+def _log_changes(old: View, new: View) -> None:
+    for level, fmt, fields in describe_changes(old, new):
+        log.emit(level, fmt, **fields)

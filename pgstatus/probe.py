@@ -1,0 +1,348 @@
+"""
+The PostgreSQL side of a check: one reused txpostgres connection per host
+and the status query that measures role, positions and clocks in a single
+round trip.
+
+Nothing here blocks the reactor: host names are resolved through the
+reactor's threaded resolver and libpq receives the address (``hostaddr``)
+next to the name (``host``, kept for TLS verification and ``.pgpass``).
+Deadlines are not left to libpq, whose ``connect_timeout`` does not apply to
+asynchronous connections, nor to txpostgres cancellation, which is
+blocking: the monitor's :class:`~pgstatus.turns.Deadline` calls
+:meth:`PostgresProbe.abort`, which closes the connection.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any
+
+import psycopg2
+import psycopg2.errors
+from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.internet.endpoints import TCP4ClientEndpoint, TCP6ClientEndpoint
+from twisted.internet.interfaces import IHostResolution, IResolutionReceiver
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+from txpostgres import txpostgres
+from zope.interface import implementer
+
+from pgstatus.config import Config, HostConfig
+from pgstatus.lag import Observation
+from pgstatus.turns import TURN_LIMIT, ConnectTurns, Deadline
+
+log = Logger(namespace="pgstatus.monitor")
+
+_PASSWORD_ASSIGNMENT = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.I)
+
+#: how long a reduced query is used after a permission error
+FULL_QUERY_RETRY = 300.0
+
+_RECEIVER = (
+    "(SELECT pg_wal_lsn_diff(latest_end_lsn, '0/0')::int8 FROM pg_stat_wal_receiver)",
+    "(SELECT received_tli::int8 FROM pg_stat_wal_receiver)",
+)
+_CONTROL = "CASE WHEN r.rec THEN (SELECT timeline_id::int8 FROM pg_control_checkpoint()) END"
+
+
+def status_query(level: int) -> str:
+    """
+    The status query.  ``level`` 0 is complete; 1 leaves out the WAL
+    receiver statistics; 2 also leaves out the control-file functions.
+    """
+    latest_end, received_tli = _RECEIVER if level < 1 else ("NULL::int8", "NULL::int8")
+    control = _CONTROL if level < 2 else "NULL::int8"
+    return f"""SELECT r.rec,
+  extract(epoch FROM clock_timestamp())::float8,
+  CASE WHEN r.rec THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::int8 END,
+  CASE WHEN r.rec THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::int8 END,
+  CASE WHEN r.rec THEN NULL ELSE
+    ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8 END,
+  pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '0/0')::int8,
+  pg_wal_lsn_diff(pg_last_wal_receive_lsn(), '0/0')::int8,
+  extract(epoch FROM pg_last_xact_replay_timestamp())::float8,
+  {latest_end},
+  {received_tli},
+  {control}
+FROM (SELECT pg_is_in_recovery() AS rec) AS r"""
+
+
+def observation_from_row(row: tuple, started: float, sent: float, received: float) -> Observation:
+    """
+    Turn the status query's row into an :class:`Observation`.
+
+    :raise ValueError: the row is not what the query returns.
+    """
+    if len(row) != 11 or not isinstance(row[0], bool) or row[1] is None:
+        raise ValueError(f"unexpected status row: {row!r}")
+    rec, now, wal, ins, mtl, replay, receive, replay_ts, latest_end, rtl, ctl = row
+    if rec:
+        return Observation(
+            started, sent, received, float(now), True,
+            timeline=_int(rtl if rtl is not None else ctl),
+            replay_lsn=_int(replay), receive_lsn=_int(receive),
+            latest_end_lsn=_int(latest_end),
+            replay_ts=None if replay_ts is None else float(replay_ts),
+        )
+    if wal is None:
+        raise ValueError("master returned no WAL position")
+    return Observation(
+        started, sent, received, float(now), False,
+        wal_lsn=int(wal), insert_lsn=_int(ins), timeline=_int(mtl),
+    )
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+class CheckFailed(Exception):
+    """
+    A check did not produce an observation.
+
+    :ivar operation: what was being done: ``resolve``, ``connect``,
+        ``setup``, ``query`` or ``result``.
+    :ivar message: the reason, without secrets.
+    :ivar late: the failure came after a TLS or authentication exchange
+        began (such hosts are checked less often while dead).
+    """
+
+    def __init__(self, operation: str, message: str, late: bool = False) -> None:
+        super().__init__(operation, message)
+        self.operation = operation
+        self.message = message
+        self.late = late
+
+    def __str__(self) -> str:
+        return f"{self.operation}: {self.message}"
+
+
+@implementer(IResolutionReceiver)
+class _Addresses:
+    def __init__(self) -> None:
+        self.addresses: list[Any] = []
+        self.done: Deferred[list[Any]] = Deferred()
+
+    def resolutionBegan(self, resolution: IHostResolution) -> None:
+        pass
+
+    def addressResolved(self, address: Any) -> None:
+        self.addresses.append(address)
+
+    def resolutionComplete(self) -> None:
+        self.done.callback(self.addresses)
+
+
+class PostgresProbe:
+    """
+    One host's connection and status query.
+
+    :param reactor: provides TCP, time and name resolution.
+    :param host: the host to check.
+    :param config: credentials and ``conn_max_age_ms``.
+    :param turns: shared connection turns.
+    """
+
+    def __init__(self, reactor: Any, host: HostConfig, config: Config,
+                 turns: ConnectTurns) -> None:
+        self._reactor = reactor
+        self._host = host
+        self._config = config
+        self._turns = turns
+        self._conn: txpostgres.Connection | None = None
+        self._opened_at = 0.0
+        self._level = 0
+        self._level_since = 0.0
+        self._pending: Deferred[Any] | None = None
+        self._aborted = False
+
+    @property
+    def connected(self) -> bool:
+        """
+        A connection is open.
+        """
+        return self._conn is not None and not self._conn.closed
+
+    @property
+    def backend_pid(self) -> int | None:
+        """
+        The server process of the open connection, if any.
+        """
+        return self._conn.get_backend_pid() if self.connected else None
+
+    def check(self, started: float, deadline: Deadline) -> Deferred[Observation]:
+        """
+        Run one check.  The deadline is paused while resolving the host name
+        and while waiting for a connection turn.
+
+        :param started: local time the check started.
+        :raise CheckFailed: through the Deferred.
+        """
+        self._aborted = False
+        return ensureDeferred(self._check(started, deadline))
+
+    def abort(self) -> None:
+        """
+        Stop whatever the check is doing now; its Deferred fails.  Closes
+        the connection, releasing its socket.
+        """
+        self._aborted = True
+        self._close_conn()
+        pending, self._pending = self._pending, None
+        if pending is not None and not pending.called:
+            pending.cancel()
+
+    def close(self) -> None:
+        """
+        Close the connection (service shutdown).
+        """
+        self.abort()
+
+    def _close_conn(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and conn.pollable() is not None:
+            try:
+                conn.close()
+            except Exception:  # pragma: no cover - close of a broken libpq handle
+                log.debug("closing connection host={host} failed", host=self._host.name)
+
+    async def _wait(self, d: Deferred[Any]) -> Any:
+        self._pending = d
+        try:
+            return await d
+        finally:
+            if self._pending is d:
+                self._pending = None
+
+    async def _check(self, started: float, deadline: Deadline) -> Observation:
+        age = self._reactor.seconds() - self._opened_at
+        if self.connected and age > self._config.conn_max_age_ms / 1000:
+            if not self._turns.busy:
+                log.debug("recycling aged connection host={host}", host=self._host.name)
+                self._close_conn()
+        if not self.connected:
+            self._close_conn()
+            await self._connect(deadline)
+        else:
+            deadline.start()
+        return await self._query(started)
+
+    async def _connect(self, deadline: Deadline) -> None:
+        host = self._host
+        address = await self._resolve()
+        deadline.start()
+        endpoint_type = TCP6ClientEndpoint if ":" in address else TCP4ClientEndpoint
+        endpoint = endpoint_type(self._reactor, address, host.port, timeout=3600)
+        try:
+            proto = await self._wait(endpoint.connect(Factory.forProtocol(Protocol)))
+        except Exception as e:
+            raise CheckFailed("connect", _describe(e, self._config)) from None
+        proto.transport.abortConnection()
+        if self._aborted:
+            raise CheckFailed("connect", "aborted")
+        deadline.pause()
+        try:
+            turn = await self._wait(self._turns.acquire())
+        except Exception:
+            raise CheckFailed("connect", "aborted while waiting for a turn") from None
+        deadline.resume()
+        limit = self._reactor.callLater(TURN_LIMIT, self._turn_expired)
+        conn = txpostgres.Connection(reactor=self._reactor)
+        self._conn = conn
+        try:
+            await self._wait(conn.connect(
+                host=host.name,
+                hostaddr=address,
+                port=host.port,
+                user=self._config.pg_user,
+                password=self._config.pg_password,
+                dbname=self._config.pg_database,
+                application_name="pg-status",
+            ))
+        except Exception as e:
+            self._close_conn()
+            why = "connection setup took longer than its turn" if not limit.active() else (
+                _describe(e, self._config))
+            raise CheckFailed("setup", why, late=True) from None
+        finally:
+            if limit.active():
+                limit.cancel()
+            turn.release(reached_auth=True)
+        if self._aborted:
+            raise CheckFailed("setup", "aborted", late=True)
+        self._opened_at = self._reactor.seconds()
+        self._level = 0
+        log.debug("connected host={host} address={address} pid={pid}",
+                  host=host.name, address=address, pid=self.backend_pid)
+
+    def _turn_expired(self) -> None:
+        log.debug("connection setup exceeded its turn host={host}", host=self._host.name)
+        self._close_conn()
+
+    async def _resolve(self) -> str:
+        name = self._host.name
+        try:
+            ipaddress.ip_address(name)
+            return name
+        except ValueError:
+            pass
+        receiver = _Addresses()
+        self._reactor.nameResolver.resolveHostName(
+            receiver, name, portNumber=self._host.port,
+            addressTypes=None, transportSemantics="TCP",
+        )
+        addresses = await self._wait(receiver.done)
+        if not addresses:
+            raise CheckFailed("resolve", f"host name {name!r} did not resolve")
+        for a in addresses:
+            if a.type == "TCP" and getattr(a, "host", None):
+                return a.host
+        raise CheckFailed("resolve", f"host name {name!r} has no TCP address")
+
+    async def _query(self, started: float) -> Observation:
+        clock = self._reactor
+        if self._level and clock.seconds() - self._level_since >= FULL_QUERY_RETRY:
+            self._level = 0
+        while True:
+            sent = clock.seconds()
+            try:
+                rows = await self._wait(self._conn.runQuery(status_query(self._level)))
+            except psycopg2.errors.InsufficientPrivilege as e:
+                if self._level >= 2:
+                    self._close_conn()
+                    raise CheckFailed("query", _describe(e, self._config)) from None
+                self._level += 1
+                self._level_since = clock.seconds()
+                log.warn(
+                    "permission denied for status query, polling without {what} host={host} "
+                    "error={error}",
+                    what="WAL receiver statistics" if self._level == 1
+                    else "control file functions",
+                    host=self._host.name, error=_describe(e, self._config),
+                )
+                continue
+            except Exception as e:
+                self._close_conn()
+                raise CheckFailed("query", _describe(e, self._config)) from None
+            received = clock.seconds()
+            try:
+                return observation_from_row(rows[0] if rows else (), started, sent, received)
+            except (ValueError, TypeError) as e:
+                self._close_conn()
+                raise CheckFailed("result", str(e)) from None
+
+
+def _describe(e: BaseException, config: Config) -> str:
+    """
+    One line about an error, with the password (if any) masked.
+    """
+    text = " ".join(str(e).split()) or type(e).__name__
+    if isinstance(e, OSError) and e.errno and f"errno={e.errno}" not in text:
+        text = f"{text} errno={e.errno}"
+    secret = config.pg_password
+    if secret and secret not in (config.pg_user, config.pg_database):
+        text = text.replace(secret, "***")
+    return _PASSWORD_ASSIGNMENT.sub("password=***", text)
+
+

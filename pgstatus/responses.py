@@ -1,0 +1,314 @@
+"""
+What every endpoint answers, as plain data: a :class:`Response` built from
+the current :class:`~pgstatus.state.View` and the request's parameters.
+
+Both HTTP front ends (the Klein app and the fast path) render through this
+module, so they cannot disagree.  Work that depends only on the view
+(``/hosts`` JSON, encoded host names, candidate lists) is memoised in
+``view.cache`` and so done once per state change.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from pgstatus.config import Config
+from pgstatus.selection import (
+    Filters,
+    Locality,
+    RoundRobin,
+    candidates,
+    local_group,
+    most_sync,
+)
+from pgstatus.state import HostStatus, View
+
+TEXT = b"text/plain; charset=utf-8"
+JSON = b"application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """
+    An HTTP answer: status code, ``Content-Type`` (``None`` for an empty
+    body) and body.
+    """
+
+    status: int
+    content_type: bytes | None
+    body: bytes
+
+
+def json_response(status: int, obj: object) -> Response:
+    """
+    A JSON response.
+    """
+    return Response(status, JSON, json.dumps(obj).encode())
+
+
+def error(status: int, text: str) -> Response:
+    """
+    ``{"error_text": text}`` with ``status``.
+    """
+    return json_response(status, {"error_text": text})
+
+
+def text(body: str, status: int = 200) -> Response:
+    """
+    A plain-text response.
+    """
+    return Response(status, TEXT, body.encode())
+
+
+EMPTY_404 = Response(404, None, b"")
+EMPTY_405 = Response(405, None, b"")
+NOT_READY = error(503, "pg_monitor is not ready")
+OK = text("OK")
+NO_HOST_JSON = json_response(404, {"host": None, "dc": None, "geo": None})
+NO_STATUS_HOST = error(400, "Get parameter 'host' wasn't passed")
+
+_LSN = re.compile(r"([0-9A-Fa-f]{1,8})/([0-9A-Fa-f]{1,8})")
+_UINT = re.compile(r"[0-9]+")
+MAX_TIMELINE = 4294967295
+#: lag limits above this are as good as no limit; keeps ints small
+MAX_LAG = 2**63 - 1
+
+
+class BadParameter(Exception):
+    """
+    A query parameter has an invalid value; ``str()`` is the error text.
+    """
+
+
+def format_lsn(lsn: int) -> str:
+    """
+    ``0x3000060`` as PostgreSQL writes it: ``0/3000060``.
+    """
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def parse_lsn(value: str) -> int:
+    """
+    Parse ``HEX/HEX`` (1 to 8 hex digits on each side).
+
+    :raise BadParameter: otherwise.
+    """
+    m = _LSN.fullmatch(value)
+    if m is None:
+        raise BadParameter("Invalid min_lsn")
+    return (int(m.group(1), 16) << 32) | int(m.group(2), 16)
+
+
+def parse_lag(value: str, name: str) -> int:
+    """
+    A non-negative decimal integer.
+
+    :raise BadParameter: otherwise, naming the parameter.
+    """
+    if _UINT.fullmatch(value) is None:
+        raise BadParameter(f"Invalid {name}")
+    return min(int(value), MAX_LAG)
+
+
+def parse_timeline(value: str) -> int:
+    """
+    A timeline, 1 to 4294967295.
+
+    :raise BadParameter: otherwise.
+    """
+    if _UINT.fullmatch(value) is None or len(value) > 12:
+        raise BadParameter("Invalid timeline")
+    n = int(value)
+    if not 1 <= n <= MAX_TIMELINE:
+        raise BadParameter("Invalid timeline")
+    return n
+
+
+def wants_json(accept: str | None) -> bool:
+    """
+    The ``Accept`` header lists ``application/json`` (with or without
+    parameters, alone or among other media types).
+    """
+    if not accept or "json" not in accept:
+        return False
+    for part in accept.split(","):
+        if part.split(";", 1)[0].strip().lower() == "application/json":
+            return True
+    return False
+
+
+def host_json(h: HostStatus, with_name: bool = True) -> dict:
+    """
+    One host as ``/hosts`` and ``/status`` show it.
+    """
+    d: dict = {"host": h.name} if with_name else {}
+    d["dc"] = h.dc
+    d["geo"] = h.geo
+    d["master"] = h.master
+    d["alive"] = h.alive
+    d["possible_dead"] = h.possible_dead
+    d["lag_ms"] = h.lag_ms
+    d["sync_by_time"] = h.sync_by_time
+    d["lag_bytes"] = h.lag_bytes
+    d["sync_by_bytes"] = h.sync_by_bytes
+    d["lsn"] = None if h.lsn is None else format_lsn(h.lsn)
+    return d
+
+
+#: which lag parameters a route reads, and its defaults
+_ROUTES: dict[str, tuple[bool, bool, str, bool]] = {
+    # route: (uses lag_ms, uses lag_bytes, mode, global defaults)
+    "replica": (True, True, "and", False),
+    "sync_by_time": (True, False, "and", True),
+    "sync_by_bytes": (False, True, "and", True),
+    "sync_by_time_or_bytes": (True, True, "or", True),
+    "sync_by_time_and_bytes": (True, True, "and", True),
+    "most_sync_by_bytes": (False, True, "and", True),
+}
+REPLICA_ROUTES = frozenset(_ROUTES)
+
+
+def parse_filters(route: str, args: Mapping[str, str], config: Config) -> Filters:
+    """
+    The filters of a replica route from its query parameters (first value
+    of each).
+
+    :raise BadParameter: a parameter the route uses is invalid.
+    """
+    uses_ms, uses_bytes, mode, defaults = _ROUTES[route]
+    lag_ms = lag_bytes = None
+    if uses_ms:
+        v = args.get("lag_ms")
+        lag_ms = parse_lag(v, "lag_ms") if v is not None else (
+            config.sync_max_lag_ms if defaults else None)
+    if uses_bytes:
+        v = args.get("lag_bytes")
+        lag_bytes = parse_lag(v, "lag_bytes") if v is not None else (
+            config.sync_max_lag_bytes if defaults else None)
+    v = args.get("min_lsn")
+    min_lsn = parse_lsn(v) if v is not None else None
+    v = args.get("timeline")
+    timeline = parse_timeline(v) if v is not None else None
+    return Filters(lag_ms, lag_bytes, mode, min_lsn, timeline)  # type: ignore[arg-type]
+
+
+class Renderer:
+    """
+    Renders every endpoint from the view that ``current`` returns.
+
+    :param current: returns the current :class:`View`.
+    :param config: thresholds and locality.
+    :param version: the service version, for ``/version``.
+    """
+
+    def __init__(self, current: Callable[[], View], config: Config, version: str) -> None:
+        self._current = current
+        self._config = config
+        self._locality = Locality(
+            config.current_dc if config.use_dc else None,
+            config.current_geo if config.use_geo else None,
+        )
+        self.rr = RoundRobin()
+        self.version = text(version)
+
+    # -- host answers --------------------------------------------------
+    def _host_answer(self, view: View, h: HostStatus | None, as_json: bool) -> Response:
+        cache = view.cache
+        key = ("answer", -1 if h is None else h.index, as_json)
+        r = cache.get(key)
+        if r is None:
+            if h is None:
+                r = NO_HOST_JSON if as_json else EMPTY_404
+            elif as_json:
+                r = json_response(200, {"host": h.name, "dc": h.dc, "geo": h.geo})
+            else:
+                r = text(h.name)
+            cache[key] = r
+        return r
+
+    def master(self, as_json: bool) -> Response:
+        """
+        ``/master``.
+        """
+        view = self._current()
+        if not view.ready:
+            return NOT_READY
+        return self._host_answer(view, view.master, as_json)
+
+    def replica(self, route: str, args: Mapping[str, str], as_json: bool) -> Response:
+        """
+        ``/replica``, ``/sync_by_*`` and ``/most_sync_by_bytes``.
+        """
+        view = self._current()
+        if not view.ready:
+            return NOT_READY
+        try:
+            f = parse_filters(route, args, self._config)
+        except BadParameter as e:
+            return error(400, str(e))
+        cache = view.cache
+        key = ("group", route, f)
+        group = cache.get(key)
+        if group is None:
+            found = candidates(view.hosts, f, view.master)
+            if route == "most_sync_by_bytes":
+                best = most_sync(found)
+                group = (best,) if best is not None else ()
+            else:
+                group = local_group(found, self._locality)
+            if len(cache) < 512:
+                cache[key] = group
+        if not group:
+            return self._host_answer(view, view.master, as_json)
+        return self._host_answer(view, self.rr.pick(group), as_json)
+
+    def hosts(self) -> Response:
+        """
+        ``/hosts``.
+        """
+        view = self._current()
+        if not view.ready:
+            return NOT_READY
+        r = view.cache.get("hosts")
+        if r is None:
+            r = view.cache["hosts"] = json_response(200, [host_json(h) for h in view.hosts])
+        return r
+
+    def status(self, host: str | None) -> Response:
+        """
+        ``/status?host=``.
+        """
+        view = self._current()
+        if not view.ready:
+            return NOT_READY
+        if host is None:
+            return NO_STATUS_HOST
+        table = view.cache.get("status")
+        if table is None:
+            table = {}
+            for h in view.hosts:
+                table.setdefault(h.name, h)
+            view.cache["status"] = table
+        h = table.get(host)
+        if h is None:
+            return EMPTY_404
+        key = ("status", h.index)
+        r = view.cache.get(key)
+        if r is None:
+            r = view.cache[key] = json_response(200, host_json(h, with_name=False))
+        return r
+
+    def ready(self) -> Response:
+        """
+        ``/ready``.
+        """
+        return OK if self._current().ready else NOT_READY
+
+    def live(self) -> Response:
+        """
+        ``/live``.
+        """
+        return OK

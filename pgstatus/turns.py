@@ -1,0 +1,164 @@
+"""
+Timing primitives of the monitor, driven by an injected clock:
+
+- :class:`ConnectTurns`: new PostgreSQL connections negotiate TLS and
+  authentication one at a time, with their starts spaced out.
+- :class:`Deadline`: a check's deadline that can be paused while the check
+  waits for something that must not count (DNS, a connection turn).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+
+#: pause after a setup that reached TLS or password authentication
+AUTH_PAUSE = 0.1
+#: the longest a connection may hold its turn
+TURN_LIMIT = 1.0
+#: the upper bound of the spacing between connection starts
+MAX_SPACING = 0.25
+
+
+class Turn:
+    """
+    A granted turn.  Release it exactly once.
+    """
+
+    def __init__(self, owner: ConnectTurns) -> None:
+        self._owner = owner
+        self._released = False
+
+    def release(self, reached_auth: bool) -> None:
+        """
+        Give the turn back.
+
+        :param reached_auth: the setup got as far as TLS or password
+            authentication, so the next one waits :data:`AUTH_PAUSE`.
+        """
+        if not self._released:
+            self._released = True
+            self._owner._release(reached_auth)
+
+
+class ConnectTurns:
+    """
+    One connection setup at a time, starts at least ``spacing`` seconds
+    apart, and :data:`AUTH_PAUSE` after a setup that reached
+    authentication.
+
+    :param clock: the reactor's time provider.
+    :param spacing: ``min(sleep_ms / number_of_hosts, 250 ms)``, in seconds.
+    """
+
+    def __init__(self, clock: IReactorTime, spacing: float) -> None:
+        self._clock = clock
+        self._spacing = spacing
+        self._waiting: deque[Deferred[Turn]] = deque()
+        self._holder: Turn | None = None
+        self._not_before = float("-inf")
+        self._wakeup: IDelayedCall | None = None
+
+    @classmethod
+    def for_hosts(cls, clock: IReactorTime, sleep_ms: int, hosts: int) -> ConnectTurns:
+        """
+        Turns with the spacing the specification gives for ``hosts`` hosts.
+        """
+        return cls(clock, min(sleep_ms / 1000 / max(hosts, 1), MAX_SPACING))
+
+    @property
+    def busy(self) -> bool:
+        """
+        A connection is being set up or waits for its turn: aged
+        connections should keep serving rather than join the queue.
+        """
+        return self._holder is not None or bool(self._waiting)
+
+    def acquire(self) -> Deferred[Turn]:
+        """
+        Wait for a turn.  Cancelling the Deferred leaves the queue.
+        """
+        d: Deferred[Turn] = Deferred(self._cancel)
+        self._waiting.append(d)
+        self._grant()
+        return d
+
+    def _cancel(self, d: Deferred[Turn]) -> None:
+        try:
+            self._waiting.remove(d)
+        except ValueError:
+            pass
+
+    def _release(self, reached_auth: bool) -> None:
+        self._holder = None
+        if reached_auth:
+            self._not_before = max(self._not_before, self._clock.seconds() + AUTH_PAUSE)
+        self._grant()
+
+    def _grant(self) -> None:
+        if self._holder is not None or not self._waiting:
+            return
+        now = self._clock.seconds()
+        if now < self._not_before:
+            if self._wakeup is None or not self._wakeup.active():
+                self._wakeup = self._clock.callLater(self._not_before - now, self._grant)
+            return
+        d = self._waiting.popleft()
+        self._holder = turn = Turn(self)
+        self._not_before = now + self._spacing
+        d.callback(turn)
+
+
+class Deadline:
+    """
+    A pausable countdown that calls ``expired`` when the time it ran
+    reaches ``budget`` seconds.
+
+    :param clock: the reactor's time provider.
+    :param budget: seconds of running time allowed.
+    :param expired: called once, on expiry.
+    """
+
+    def __init__(self, clock: IReactorTime, budget: float, expired: Callable[[], None]) -> None:
+        self._clock = clock
+        self._left = budget
+        self._expired = expired
+        self._call: IDelayedCall | None = None
+        self._since = 0.0
+        self.fired = False
+        self._done = False
+
+    def start(self) -> None:
+        """
+        Start or resume counting.
+        """
+        if self._call is None and not self._done:
+            self._since = self._clock.seconds()
+            self._call = self._clock.callLater(max(self._left, 0.0), self._fire)
+
+    resume = start
+
+    def pause(self) -> None:
+        """
+        Stop counting until :meth:`resume`.
+        """
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
+            self._left -= self._clock.seconds() - self._since
+
+    def stop(self) -> None:
+        """
+        The check ended: never fire.
+        """
+        self.pause()
+        self._done = True
+
+    def _fire(self) -> None:
+        self._call = None
+        self._done = True
+        self.fired = True
+        self._expired()
