@@ -54,6 +54,7 @@ def send(request: IRequest, r: Response) -> bytes:
     Apply ``r`` to ``request`` and return the body for Klein to write.
     """
     request.setResponseCode(r.status)
+    request.defaultContentType = None
     if r.content_type is not None:
         request.setHeader(b"content-type", r.content_type)
     else:
@@ -87,10 +88,8 @@ class StatusAPI:
     def master(self, request: IRequest) -> bytes:
         return send(request, self.renderer.master(_accepts_json(request)))
 
-    @app.route("/<string:route>", methods=METHODS)
+    @app.route(f"/<any({', '.join(sorted(REPLICA_ROUTES))}):route>", methods=METHODS)
     def replica(self, request: IRequest, route: str) -> bytes:
-        if route not in REPLICA_ROUTES:
-            return send(request, EMPTY_404)
         return send(request, self.renderer.replica(
             route, first_args(request), _accepts_json(request)))
 

@@ -118,6 +118,25 @@ class CheckFailed(Exception):
         return f"{self.operation}: {self.message}"
 
 
+class _Connection(txpostgres.Connection):
+    """
+    A txpostgres connection that survives the server closing it between
+    checks: txpostgres raises such an error from ``doRead`` with nobody to
+    report it to; here it just marks the connection closed, and the next
+    check reconnects.
+    """
+
+    def doRead(self) -> None:
+        try:
+            super().doRead()
+        except psycopg2.Error as e:
+            log.debug("idle connection lost error={error}", error=" ".join(str(e).split()))
+            self.reactor.removeReader(self)
+            self.reactor.removeWriter(self)
+            if not self._connection.closed:
+                self._connection.close()
+
+
 @implementer(IResolutionReceiver)
 class _Addresses:
     def __init__(self) -> None:
@@ -248,7 +267,7 @@ class PostgresProbe:
             raise CheckFailed("connect", "aborted while waiting for a turn") from None
         deadline.resume()
         limit = self._reactor.callLater(TURN_LIMIT, self._turn_expired)
-        conn = txpostgres.Connection(reactor=self._reactor)
+        conn = _Connection(reactor=self._reactor)
         self._conn = conn
         try:
             await self._wait(conn.connect(
