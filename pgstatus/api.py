@@ -61,6 +61,7 @@ def send(request: IRequest, r: Response) -> bytes:
         request.responseHeaders.removeHeader(b"content-type")
     if r.status == 405:
         request.setHeader(b"allow", ALLOW)
+    request.setHeader(b"content-length", b"%d" % len(r.body))
     return r.body
 
 

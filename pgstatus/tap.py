@@ -18,6 +18,7 @@ from twisted.web.server import Site
 from pgstatus import __version__
 from pgstatus.api import StatusAPI
 from pgstatus.config import Config, ConfigError, load_config, process_environ
+from pgstatus.fastpath import FastSite
 from pgstatus.monitor import MonitorService
 
 log = Logger(namespace="pgstatus.main")
@@ -36,20 +37,6 @@ class Options(usage.Options):
         "roles and replica lag over HTTP. Configured by pg_status__* environment "
         "variables; see the README."
     )
-
-
-class QuietSite(Site):
-    """
-    A ``Site`` without per-request access logging or factory chatter: the
-    API is called on every application request.
-    """
-
-    noisy = False
-
-    def log(self, request: Any) -> None:
-        """
-        No access log.
-        """
 
 
 class HttpService(Service):
@@ -136,7 +123,7 @@ class PgStatusService(MultiService):
         self.monitor = MonitorService(config, reactor)
         self.monitor.setServiceParent(self)
         self.api = StatusAPI(lambda: self.monitor.registry.view, config, __version__)
-        self.site = QuietSite(self.api.resource())
+        self.site = FastSite(self.api.resource(), self.api.renderer, reactor)
         self.http = HttpService(reactor, config.http_listen_address, config.http_port, self.site)
         self.http.setServiceParent(self)
 

@@ -1,0 +1,216 @@
+"""
+A fast path in front of the Klein application.
+
+:class:`FastChannel` is the ``twisted.web`` HTTP channel with one shortcut:
+a complete, well-formed ``GET`` or ``HEAD`` request over HTTP/1.1 for one of
+the API's own routes is answered straight from
+:class:`~pgstatus.responses.Renderer` with the bytes Klein would have sent
+(status, headers, body).  Anything else, and everything after it on the same
+connection, goes to the ordinary channel and so to Klein, which stays the
+single definition of the API.  Tests compare both byte for byte.
+"""
+
+from __future__ import annotations
+
+from email.utils import formatdate
+from typing import Any
+from urllib.parse import parse_qs
+
+from twisted.web.http import HTTPChannel, responses
+from twisted.web.server import Site, version
+
+from pgstatus.responses import REPLICA_ROUTES, Renderer, Response, wants_json
+
+#: longest request head the fast path looks at; longer ones go to Klein
+MAX_HEAD = 8192
+
+_SERVER = b"Server: " + version + b"\r\n"
+
+
+class _Wire:
+    """
+    Response bytes without the ``Date`` header, memoised per response.
+    """
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[Response, bool, bool], tuple[bytes, bytes]] = {}
+
+    def parts(self, r: Response, head_only: bool, close: bool) -> tuple[bytes, bytes]:
+        key = (r, head_only, close)
+        got = self._memo.get(key)
+        if got is None:
+            if len(self._memo) > 4096:
+                self._memo.clear()
+            head = [b"HTTP/1.1 %d %s\r\n" % (r.status, responses.get(r.status, b"Unknown"))]
+            if close:
+                head.append(b"Connection: close\r\n")
+            head.append(_SERVER)
+            tail = []
+            if r.content_type is not None:
+                tail.append(b"Content-Type: " + r.content_type + b"\r\n")
+            if r.status == 405:
+                tail.append(b"Allow: GET, HEAD\r\n")
+            tail.append(b"Content-Length: %d\r\n\r\n" % len(r.body))
+            if not head_only:
+                tail.append(r.body)
+            got = self._memo[key] = (b"".join(head), b"".join(tail))
+        return got
+
+
+class _Date:
+    """
+    The ``Date`` header line, rebuilt at most once a second.
+    """
+
+    def __init__(self, clock: Any) -> None:
+        self._clock = clock
+        self._second = -1
+        self._line = b""
+
+    def line(self) -> bytes:
+        now = int(self._clock.seconds())
+        if now != self._second:
+            self._second = now
+            self._line = b"Date: " + formatdate(now, usegmt=True).encode() + b"\r\n"
+        return self._line
+
+
+class FastSite(Site):
+    """
+    A ``Site`` whose channels answer the API's routes directly.
+
+    :param resource: the Klein resource, for everything else.
+    :param renderer: what the API answers.
+    :param reactor: the clock for the ``Date`` header.
+    :param fast: enable the shortcut (off: plain ``twisted.web``).
+    """
+
+    noisy = False
+
+    def __init__(self, resource: Any, renderer: Renderer, reactor: Any,
+                 fast: bool = True) -> None:
+        super().__init__(resource, reactor=reactor)
+        self.renderer = renderer
+        self.wire = _Wire()
+        self.date = _Date(reactor)
+        self.fast = fast
+        self.protocol = FastChannel
+
+    def log(self, request: Any) -> None:
+        """
+        No access log: the API is called on every application request.
+        """
+
+
+def _args(query: bytes) -> dict[str, str]:
+    if b"%" not in query and b"+" not in query:
+        out: dict[str, str] = {}
+        for part in query.split(b"&"):
+            if not part:
+                continue
+            k, sep, v = part.partition(b"=")
+            if not sep:
+                continue
+            out.setdefault(k.decode("utf-8", "replace"), v.decode("utf-8", "replace"))
+        return out
+    return {
+        k.decode("utf-8", "replace"): vs[0].decode("utf-8", "replace")
+        for k, vs in parse_qs(query, keep_blank_values=True).items()
+    }
+
+
+class FastChannel(HTTPChannel):
+    """
+    ``HTTPChannel`` with the shortcut described in the module docstring.
+    """
+
+    site: FastSite
+    _slow = False
+    _buf = b""
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._slow:
+            return super().dataReceived(data)
+        self.resetTimeout()
+        buf = self._buf + data if self._buf else data
+        site = self.site
+        while buf:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD:
+                    break
+                self._buf = buf
+                return
+            answer = self._answer(buf[:end], site) if site.fast else None
+            if answer is None:
+                break
+            data_out, close = answer
+            self.transport.write(data_out)
+            buf = buf[end + 4:]
+            if close:
+                self._buf = b""
+                self.transport.loseConnection()
+                return
+        else:
+            self._buf = b""
+            return
+        # Hand this and everything after it to twisted.web and Klein.
+        self._slow = True
+        self._buf = b""
+        super().dataReceived(buf)
+
+    def _answer(self, head: bytes, site: FastSite) -> tuple[bytes, bool] | None:
+        line_end = head.find(b"\r\n")
+        request_line = head if line_end < 0 else head[:line_end]
+        parts = request_line.split(b" ")
+        if len(parts) != 3 or parts[2] != b"HTTP/1.1":
+            return None
+        method, target, _ = parts
+        if method == b"GET":
+            is_head = False
+        elif method == b"HEAD":
+            is_head = True
+        else:
+            return None
+        path, _, query = target.partition(b"?")
+        accept = None
+        close = False
+        if line_end >= 0:
+            for raw in head[line_end + 2:].split(b"\r\n"):
+                name, sep, value = raw.partition(b":")
+                if not sep or name != name.strip():
+                    return None
+                lname = name.lower()
+                if lname == b"accept":
+                    accept = value.strip().decode("latin-1")
+                elif lname == b"connection":
+                    tokens = value.strip().lower().split(b" ")
+                    close = b"close" in tokens
+                elif lname in (b"content-length", b"transfer-encoding", b"expect",
+                               b"upgrade"):
+                    return None
+        r = self._route(path, query, accept, site.renderer)
+        if r is None:
+            return None
+        status, tail = site.wire.parts(r, is_head, close)
+        return status + site.date.line() + tail, close
+
+    @staticmethod
+    def _route(path: bytes, query: bytes, accept: str | None, renderer: Renderer
+               ) -> Response | None:
+        if path == b"/master":
+            return renderer.master(wants_json(accept))
+        name = path[1:].decode("ascii", "replace")
+        if name in REPLICA_ROUTES:
+            return renderer.replica(name, _args(query) if query else {}, wants_json(accept))
+        if path == b"/hosts":
+            return renderer.hosts()
+        if path == b"/status":
+            return renderer.status((_args(query) if query else {}).get("host"))
+        if path == b"/live":
+            return renderer.live()
+        if path == b"/ready":
+            return renderer.ready()
+        if path == b"/version":
+            return renderer.version
+        return None
