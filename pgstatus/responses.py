@@ -75,6 +75,8 @@ _UINT = re.compile(r"[0-9]+")
 MAX_TIMELINE = 4294967295
 #: lag limits above this are as good as no limit; keeps ints small
 MAX_LAG = 2**63 - 1
+#: like the original, lag values must fit an unsigned 64-bit integer
+MAX_U64 = 2**64 - 1
 
 
 class BadParameter(Exception):
@@ -108,9 +110,12 @@ def parse_lag(value: str, name: str) -> int:
 
     :raise BadParameter: otherwise, naming the parameter.
     """
-    if _UINT.fullmatch(value) is None:
+    if _UINT.fullmatch(value) is None or len(value.lstrip("0")) > 20:
         raise BadParameter(f"Invalid {name}")
-    return min(int(value), MAX_LAG)
+    n = int(value)
+    if n > MAX_U64:
+        raise BadParameter(f"Invalid {name}")
+    return min(n, MAX_LAG)
 
 
 def parse_timeline(value: str) -> int:
@@ -132,10 +137,13 @@ def wants_json(accept: str | None) -> bool:
     The ``Accept`` header lists ``application/json`` (with or without
     parameters, alone or among other media types).
     """
-    if not accept or "json" not in accept:
+    if not accept:
+        return False
+    accept = accept.lower()
+    if "json" not in accept:
         return False
     for part in accept.split(","):
-        if part.split(";", 1)[0].strip().lower() == "application/json":
+        if part.split(";", 1)[0].strip() == "application/json":
             return True
     return False
 
@@ -179,15 +187,18 @@ def parse_filters(route: str, args: Mapping[str, str], config: Config) -> Filter
     :raise BadParameter: a parameter the route uses is invalid.
     """
     uses_ms, uses_bytes, mode, defaults = _ROUTES[route]
-    lag_ms = lag_bytes = None
-    if uses_ms:
-        v = args.get("lag_ms")
-        lag_ms = parse_lag(v, "lag_ms") if v is not None else (
-            config.sync_max_lag_ms if defaults else None)
-    if uses_bytes:
-        v = args.get("lag_bytes")
-        lag_bytes = parse_lag(v, "lag_bytes") if v is not None else (
-            config.sync_max_lag_bytes if defaults else None)
+    # Both lag parameters are validated on every route, as the original
+    # does; a route uses only its own.
+    v = args.get("lag_ms")
+    lag_ms = parse_lag(v, "lag_ms") if v is not None else (
+        config.sync_max_lag_ms if defaults else None)
+    v = args.get("lag_bytes")
+    lag_bytes = parse_lag(v, "lag_bytes") if v is not None else (
+        config.sync_max_lag_bytes if defaults else None)
+    if not uses_ms:
+        lag_ms = None
+    if not uses_bytes:
+        lag_bytes = None
     v = args.get("min_lsn")
     min_lsn = parse_lsn(v) if v is not None else None
     v = args.get("timeline")

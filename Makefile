@@ -1,0 +1,40 @@
+# pg-status developer commands.  Everything runs from a venv in .venv that
+# these targets create and fill; PostgreSQL server binaries come from the
+# system (see .ci/run for installing them on Debian).
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv run test test-fast lint bench clean
+
+$(STAMP): setup.py pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Start a local primary + two streaming replicas and pg-status against them.
+run: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) tests/run_local.py
+
+## The whole test suite, real PostgreSQL included (never skipped).
+test: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -p no:randomly
+
+## Only the tests that need no PostgreSQL server.
+test-fast: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -m 'not pg'
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check pgstatus twisted tests
+
+## Load benchmark (not part of `make test`); needs wrk and taskset.
+bench: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) tests/bench/run_bench.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info bench-results .pytest_cache .hypothesis
