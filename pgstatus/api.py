@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from klein import Klein
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from twisted.web.iweb import IRequest
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 
@@ -124,6 +124,6 @@ class StatusAPI:
 
     @app.handle_errors(Exception)
     def internal_error(self, request: IRequest, failure: Any) -> bytes:
-        log.failure("request failed path={path}", failure,
+        log.failure("request failed path={path}", failure, level=LogLevel.error,
                     path=request.path.decode("latin-1", "replace"))
         return send(request, error(500, "internal error"))

@@ -1,8 +1,8 @@
 """
 Rate limit for error records about continuing poll failures of one host
-(C{pg_status__poll_error_log_interval_ms}).
+(``pg_status__poll_error_log_interval_ms``).
 
-Pure logic: the caller passes the time, e.g. C{clock.seconds()}.
+Pure logic: the caller passes the time, e.g. ``clock.seconds()``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class PollErrorLimiter:
         """
         :param interval_ms: Minimum interval between error records, in
             milliseconds; 0 logs every failure at error.
-        :raise ValueError: If C{interval_ms} is negative.
+        :raise ValueError: If ``interval_ms`` is negative.
         """
         if interval_ms < 0:
             raise ValueError(f"interval_ms must be >= 0, not {interval_ms!r}")
@@ -40,7 +40,7 @@ class PollErrorLimiter:
         Record a failed poll.
 
         :param now: The current time, in seconds.
-        :return: C{True} to log this failure at error, C{False} for debug.
+        :return: ``True`` to log this failure at error, ``False`` for debug.
         """
         last = self._last_error
         # A clock that stepped back must not silence errors until it catches up.

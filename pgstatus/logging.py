@@ -1,5 +1,5 @@
 """
-One logging path for pg-status: every event goes through C{twisted.logger}
+One logging path for pg-status: every event goes through ``twisted.logger``
 and is written by the observers built here, one line per event.
 
 Text format::
@@ -16,28 +16,28 @@ Components come from the event namespace:
 =========================================  =============
 namespace                                  component
 =========================================  =============
-C{pgstatus.<c>} or C{pgstatus.<c>.<more>}  C{<c>}
-C{pgstatus}                                C{main}
-C{stdout}, C{stderr} (redirected stdio)    C{stdout}, C{stderr}
-anything else (Twisted, C{log_legacy},     C{twisted}
+``pgstatus.<c>`` or ``pgstatus.<c>.<more>``  ``<c>``
+``pgstatus``                                ``main``
+``stdout``, ``stderr`` (redirected stdio)    ``stdout``, ``stderr``
+anything else (Twisted, ``log_legacy``,     ``twisted``
 Python warnings)
 =========================================  =============
 
-Severities: Twisted's C{debug}, C{info}, C{warn}, C{error}, C{critical} are
+Severities: Twisted's ``debug``, ``info``, ``warn``, ``error``, ``critical`` are
 written as DEBUG, INFO, WARNING, ERROR, FATAL; JSON writes FATAL as ERROR.
 
-Embedded line breaks and other control characters are escaped (C{\\n},
-C{\\r}, C{\\t}, C{\\xNN}, C{\\u2028}...), so one event is one line. Backslashes
+Embedded line breaks and other control characters are escaped (``\\n``,
+``\\r``, ``\\t``, ``\\xNN``, ``\\u2028``...), so one event is one line. Backslashes
 are left as they are. Messages and other string fields longer than
-L{MAX_FIELD_CHARS} are cut and end with L{TRUNCATED}.
+:obj:`MAX_FIELD_CHARS` are cut and end with :obj:`TRUNCATED`.
 
 Use with twistd:
 
-    - C{twistd --logger=pgstatus.logging.observer pgstatus}: L{observer}
-      reads C{pg_status__log_level} and C{pg_status__log_format} through
-      C{pgstatus.config.log_settings}.
-    - C{twistd -n pgstatus} (no C{--logger}): the tap calls
-      L{install_observer} with the application; see its docstring.
+    - ``twistd --logger=pgstatus.logging.observer pgstatus``: :obj:`observer`
+      reads ``pg_status__log_level`` and ``pg_status__log_format`` through
+      ``pgstatus.config.log_settings``.
+    - ``twistd -n pgstatus`` (no ``--logger``): the tap calls
+      :obj:`install_observer` with the application; see its docstring.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ __all__ = [
     "reopen_on_sighup",
 ]
 
-#: Configuration level names (as normalised by C{pgstatus.config}).
+#: Configuration level names (as normalised by ``pgstatus.config``).
 LEVELS: dict[str, LogLevel] = {
     "debug": LogLevel.debug,
     "info": LogLevel.info,
@@ -152,9 +152,9 @@ def component_of(namespace: object) -> str:
     """
     Map an event namespace to the component written in the log line.
 
-    :param namespace: The event's C{log_namespace}.
-    :return: The part after C{pgstatus.} for our modules, C{stdout} or
-        C{stderr} for redirected stdio, and C{twisted} for the rest.
+    :param namespace: The event's ``log_namespace``.
+    :return: The part after ``pgstatus.`` for our modules, ``stdout`` or
+        ``stderr`` for redirected stdio, and ``twisted`` for the rest.
     """
     if not isinstance(namespace, str):
         return "twisted"
@@ -167,7 +167,7 @@ def component_of(namespace: object) -> str:
 
 def format_timestamp(when: float) -> str:
     """
-    RFC 3339 UTC timestamp with milliseconds, e.g. C{2026-08-21T12:34:56.123Z}.
+    RFC 3339 UTC timestamp with milliseconds, e.g. ``2026-08-21T12:34:56.123Z``.
 
     :param when: POSIX time in seconds.
     """
@@ -179,14 +179,14 @@ def format_timestamp(when: float) -> str:
 
 def escape_line(text: str) -> str:
     """
-    Escape line breaks and other control characters so C{text} stays on one line.
+    Escape line breaks and other control characters so ``text`` stays on one line.
     """
     return text.translate(_ESCAPES)
 
 
 def truncate(text: str, limit: int = MAX_FIELD_CHARS) -> str:
     """
-    Shorten C{text} to at most C{limit} characters, ending with L{TRUNCATED}.
+    Shorten ``text`` to at most ``limit`` characters, ending with :obj:`TRUNCATED`.
     """
     if len(text) <= limit:
         return text
@@ -216,7 +216,7 @@ def event_errno(event: LogEvent) -> int | None:
     """
     The numeric system error carried by an event, if any.
 
-    :return: The event's C{errno} key, else the C{errno} of its failure's
+    :return: The event's ``errno`` key, else the ``errno`` of its failure's
         exception (or of an exception in its cause/context chain).
     """
     value = event.get("errno")
@@ -230,8 +230,8 @@ def event_message(event: LogEvent, include_traceback: bool = False) -> str:
     """
     The message of an event, not yet escaped or truncated.
 
-    Format strings are rendered with L{formatEvent}. A failure adds
-    C{exc=Type: message}; with C{include_traceback}, also C{traceback=...}.
+    Format strings are rendered with :obj:`formatEvent`. A failure adds
+    ``exc=Type: message``; with ``include_traceback``, also ``traceback=...``.
     """
     failure = _failure_of(event)
     if failure is not None and "log_failure" not in event:
@@ -268,7 +268,7 @@ def format_text(
     """
     Render an event as one text line, without the trailing newline.
 
-    :param now: Clock for events without C{log_time}.
+    :param now: Clock for events without ``log_time``.
     """
     f = _fields(event, include_traceback, now)
     # Cut before escaping (escaping only lengthens), so huge messages stay cheap.
@@ -283,7 +283,7 @@ def format_json(
     """
     Render an event as one compact JSON object, without the trailing newline.
 
-    Fatal events get C{levelStr} C{ERROR}; C{errno} is added for system errors.
+    Fatal events get ``levelStr`` ``ERROR``; ``errno`` is added for system errors.
     """
     f = _fields(event, include_traceback, now)
     level = f["level"]
@@ -301,7 +301,7 @@ def format_json(
 
 def format_syslog_body(event: LogEvent, include_traceback: bool = False) -> str:
     """
-    The text format without its timestamp: C{SEVERITY component: message}.
+    The text format without its timestamp: ``SEVERITY component: message``.
     """
     return format_text(event, include_traceback, now=lambda: 0.0).split(" ", 1)[1]
 
@@ -335,9 +335,9 @@ class SpecFormatObserver:
         """
         :param stream: Text stream; the process's real stderr by default
             (captured now, so twistd's stdio redirection does not loop back).
-        :param fmt: C{text} or C{json}.
+        :param fmt: ``text`` or ``json``.
         :param include_traceback: Add failure tracebacks (escaped, one line).
-        :param now: Clock for events without C{log_time}.
+        :param now: Clock for events without ``log_time``.
         """
         self._stream = stream if stream is not None else _real_stderr()
         self._format = format_json if _parse_format(fmt) == "json" else format_text
@@ -367,7 +367,7 @@ class SpecFormatObserver:
 
     def request_reopen(self) -> None:
         """
-        Reopen a L{ReopenableFile} output before the next line (log rotation).
+        Reopen a :obj:`ReopenableFile` output before the next line (log rotation).
 
         Only sets a flag, so it is safe to call from a signal handler.
         """
@@ -377,7 +377,7 @@ class SpecFormatObserver:
 class ReopenableFile:
     """
     A log file opened for appending, reopened on request (e.g. after
-    C{logrotate} moved it away).
+    ``logrotate`` moved it away).
     """
 
     def __init__(self, path: str) -> None:
@@ -389,7 +389,7 @@ class ReopenableFile:
 
     def write(self, text: str) -> None:
         """
-        Append C{text}.
+        Append ``text``.
         """
         self._file.write(text)
 
@@ -422,12 +422,12 @@ class SyslogObserver:
     """
     Send each event as one syslog datagram, never blocking.
 
-    Over a Unix datagram socket (e.g. C{/dev/log}) the datagram is
-    C{<PRI>Mmm dd HH:MM:SS TAG[PID]: BODY}, the local format of C{syslog(3)};
-    over UDP, C{<PRI>Mmm dd HH:MM:SS HOSTNAME TAG[PID]: BODY} (RFC 3164).
-    BODY is L{format_syslog_body}; PRI is the facility plus the severity
+    Over a Unix datagram socket (e.g. ``/dev/log``) the datagram is
+    ``<PRI>Mmm dd HH:MM:SS TAG[PID]: BODY``, the local format of ``syslog(3)``;
+    over UDP, ``<PRI>Mmm dd HH:MM:SS HOSTNAME TAG[PID]: BODY`` (RFC 3164).
+    BODY is :obj:`format_syslog_body`; PRI is the facility plus the severity
     mapped from the event level. A datagram the receiver cannot take right
-    now (C{EAGAIN}) or at all is dropped; a missing receiver is retried at
+    now (``EAGAIN``) or at all is dropped; a missing receiver is retried at
     the next event.
     """
 
@@ -444,11 +444,11 @@ class SyslogObserver:
     ) -> None:
         """
         :param prefix: Syslog tag (program name).
-        :param facility: A C{syslog.LOG_*} facility, e.g. C{syslog.LOG_DAEMON}.
-        :param address: Path of a Unix datagram socket, or C{(host, port)}
+        :param facility: A ``syslog.LOG_*`` facility, e.g. ``syslog.LOG_DAEMON``.
+        :param address: Path of a Unix datagram socket, or ``(host, port)``
             for UDP (resolved once, here).
         :param include_traceback: Add failure tracebacks (escaped, one line).
-        :param now: Clock for events without C{log_time}.
+        :param now: Clock for events without ``log_time``.
         """
         self._prefix = prefix
         self._facility = facility
@@ -549,7 +549,7 @@ def _min_level_predicate(minimum: LogLevel) -> Callable[[LogEvent], PredicateRes
 
 class LevelFilter(FilteringLogObserver):
     """
-    A L{FilteringLogObserver} that drops events below a minimum level.
+    A :obj:`FilteringLogObserver` that drops events below a minimum level.
 
     :ivar observer: The wrapped observer.
     :ivar level: The minimum level name.
@@ -558,7 +558,7 @@ class LevelFilter(FilteringLogObserver):
     def __init__(self, observer: ILogObserver, level: str) -> None:
         """
         :param observer: Receives the events that pass.
-        :param level: C{debug}, C{info}, C{warning}, C{error} or C{fatal}.
+        :param level: ``debug``, ``info``, ``warning``, ``error`` or ``fatal``.
         :raise ValueError: For an unknown level.
         """
         super().__init__(observer, [_min_level_predicate(_parse_level(level))])
@@ -570,12 +570,12 @@ def make_observer(
     level: str = "info", fmt: str = "text", stream: TextIO | ReopenableFile | None = None
 ) -> LevelFilter:
     """
-    A stream observer in the spec's format that drops events below C{level}.
+    A stream observer in the spec's format that drops events below ``level``.
 
-    Tracebacks of failures are included (on the same line) only at C{debug}.
+    Tracebacks of failures are included (on the same line) only at ``debug``.
 
-    :param level: C{debug}, C{info}, C{warning}, C{error} or C{fatal}.
-    :param fmt: C{text} or C{json}.
+    :param level: ``debug``, ``info``, ``warning``, ``error`` or ``fatal``.
+    :param fmt: ``text`` or ``json``.
     :param stream: Text stream; the real stderr by default.
     :raise ValueError: For an unknown level or format.
     """
@@ -591,12 +591,12 @@ def make_syslog_observer(
     level: str = "info",
 ) -> LevelFilter:
     """
-    A L{SyslogObserver} that drops events below C{level}.
+    A :obj:`SyslogObserver` that drops events below ``level``.
 
     :param prefix: Syslog tag.
-    :param facility: A C{syslog.LOG_*} facility.
-    :param address: Unix datagram socket path, or C{(host, port)} for UDP.
-    :param level: C{debug}, C{info}, C{warning}, C{error} or C{fatal}.
+    :param facility: A ``syslog.LOG_*`` facility.
+    :param address: Unix datagram socket path, or ``(host, port)`` for UDP.
+    :param level: ``debug``, ``info``, ``warning``, ``error`` or ``fatal``.
     """
     _parse_level(level)
     inner = SyslogObserver(prefix, facility, address, include_traceback=(level == "debug"))
@@ -605,11 +605,11 @@ def make_syslog_observer(
 
 def observer() -> ILogObserver:
     """
-    Factory for C{twistd --logger=pgstatus.logging.observer}: stderr in the
+    Factory for ``twistd --logger=pgstatus.logging.observer``: stderr in the
     configured level and format.
 
-    Reads the settings with C{pgstatus.config.log_settings}, which
-    returns C{(level, fmt)} and falls back to C{("info", "text")} for invalid
+    Reads the settings with ``pgstatus.config.log_settings``, which
+    returns ``(level, fmt)`` and falls back to ``("info", "text")`` for invalid
     values (configuration validation reports them later).
     """
     from pgstatus.config import log_settings, process_environ
@@ -620,10 +620,10 @@ def observer() -> ILogObserver:
 
 def reopen_on_sighup(obs: ILogObserver) -> None:
     """
-    Make SIGHUP reopen C{obs}'s output (log file or syslog socket).
+    Make SIGHUP reopen ``obs``'s output (log file or syslog socket).
 
     Twisted does not handle SIGHUP, whose default action ends the process;
-    the init script's C{reload} sends it after log rotation. The handler
+    the init script's ``reload`` sends it after log rotation. The handler
     only flags the observer (safe in a signal handler, even while a line is
     being written); the next event reopens before it is written.
     """
@@ -651,20 +651,20 @@ def observer_for_twistd(
     ==============================  ===========================================
     twistd options                  output
     ==============================  ===========================================
-    C{--syslog [--prefix=P]}        L{SyslogObserver} to C{/dev/log}, tag P
-                                    (twistd's default prefix C{twisted}
-                                    becomes C{pg-status})
-    C{--logfile=PATH}               append to PATH (reopened on SIGHUP)
-    C{-n}, no C{--logfile} or C{-}  stderr
-    daemon, no C{--logfile}         C{twistd.log} (as twistd does)
-    daemon, C{--logfile=-}          exit: "Daemons cannot log to stdout"
+    ``--syslog [--prefix=P]``        :obj:`SyslogObserver` to ``/dev/log``, tag P
+                                    (twistd's default prefix ``twisted``
+                                    becomes ``pg-status``)
+    ``--logfile=PATH``               append to PATH (reopened on SIGHUP)
+    ``-n``, no ``--logfile`` or ``-``  stderr
+    daemon, no ``--logfile``         ``twistd.log`` (as twistd does)
+    daemon, ``--logfile=-``          exit: "Daemons cannot log to stdout"
     ==============================  ===========================================
 
-    Syslog ignores C{fmt}: its body is always the text form.
+    Syslog ignores ``fmt``: its body is always the text form.
 
-    :param server_options: twistd's parsed options (C{ServerOptions}).
+    :param server_options: twistd's parsed options (``ServerOptions``).
     :param level: Minimum level name.
-    :param fmt: C{text} or C{json}.
+    :param fmt: ``text`` or ``json``.
     """
     if server_options.get("syslog"):
         prefix = server_options.get("prefix") or "twisted"
@@ -689,13 +689,13 @@ def install_observer(
     sighup: bool = True,
 ) -> ILogObserver | None:
     """
-    Make plain C{twistd pgstatus} log through our observer.
+    Make plain ``twistd pgstatus`` log through our observer.
 
-    twistd's L{AppLogger <twisted.application.app.AppLogger>} takes, in this
-    order: the C{--logger} factory, else the application's C{ILogObserver}
+    twistd's :obj:`AppLogger <twisted.application.app.AppLogger>` takes, in this
+    order: the ``--logger`` factory, else the application's ``ILogObserver``
     component, else its own default observer. The plugin's service is added
     to the application before logging starts, so the tap's top-level service
-    calls this from C{setServiceParent}::
+    calls this from ``setServiceParent``::
 
         class PgStatusService(MultiService):
             def __init__(self, config, server_options):
@@ -707,20 +707,20 @@ def install_observer(
                                  self._config.log_level, self._config.log_format)
                 super().setServiceParent(parent)
 
-    with C{server_options = options.parent} in C{makeService(options)}.
+    with ``server_options = options.parent`` in ``makeService(options)``.
 
-    Nothing is done if C{--logger} was given (it wins anyway), if the
-    application already has an observer component, or if C{application}
+    Nothing is done if ``--logger`` was given (it wins anyway), if the
+    application already has an observer component, or if ``application``
     is not a componentized twistd application (e.g. a parent service in a
     test).
 
-    :param application: The parent passed to C{setServiceParent}.
-    :param server_options: twistd's C{ServerOptions} (the plugin options'
-        C{parent}), or L{None} outside twistd.
+    :param application: The parent passed to ``setServiceParent``.
+    :param server_options: twistd's ``ServerOptions`` (the plugin options'
+        ``parent``), or :obj:`None` outside twistd.
     :param level: Minimum level name.
-    :param fmt: C{text} or C{json}.
-    :param sighup: Install the SIGHUP handler of L{reopen_on_sighup}.
-    :return: The installed observer, or L{None}.
+    :param fmt: ``text`` or ``json``.
+    :param sighup: Install the SIGHUP handler of :obj:`reopen_on_sighup`.
+    :return: The installed observer, or :obj:`None`.
     """
     if server_options is None or server_options.get("logger"):
         return None

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from pgstatus import lag
@@ -140,7 +140,8 @@ class HostMonitor:
 
     def _bug(self, f: Failure) -> None:
         # Never let an error stop the schedule.
-        log.failure("internal error in check of host={host}", f, host=self.name)
+        log.failure("internal error in check of host={host}", f, level=LogLevel.error,
+                    host=self.name)
         self._finish(self._clock.seconds())
 
     def _checked(self, result: Observation | Failure, started: float, deadline: Deadline) -> None:
@@ -249,10 +250,13 @@ class HostMonitor:
             self._late_failures = 0
         fmt = ("poll failed host={host} operation={operation} error={error} "
                "consecutive_failures={n}")
-        if self._limiter.on_failure(self._clock.seconds()):
-            log.error(fmt, host=self.name, operation=operation, error=message, n=st.failures)
-        else:
-            log.debug(fmt, host=self.name, operation=operation, error=message, n=st.failures)
+        extra = {}
+        if isinstance(err, CheckFailed) and err.errno is not None:
+            extra["errno"] = err.errno
+        level = LogLevel.error if self._limiter.on_failure(self._clock.seconds()) \
+            else LogLevel.debug
+        log.emit(level, fmt, host=self.name, operation=operation, error=message,
+                 n=st.failures, **extra)
         self._registry.publish(st.index)
 
 
@@ -277,7 +281,9 @@ class MonitorService(Service):
         self.turns = ConnectTurns.for_hosts(reactor, config.sleep_ms, len(config.hosts))
         if probe_factory is None:
             def probe_factory(i: int) -> Probe:
-                return PostgresProbe(reactor, config.hosts[i], config, self.turns)
+                state = self.registry.states[i]
+                return PostgresProbe(reactor, config.hosts[i], config, self.turns,
+                                     urgent=lambda: not state.dead)
         self.monitors = [
             HostMonitor(state, self.registry, probe_factory(state.index), reactor, config,
                         self._master_monitor)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable
 from typing import Any
 
 import psycopg2
@@ -108,14 +109,24 @@ class CheckFailed(Exception):
         began (such hosts are checked less often while dead).
     """
 
-    def __init__(self, operation: str, message: str, late: bool = False) -> None:
+    def __init__(self, operation: str, message: str, late: bool = False,
+                 errno: int | None = None) -> None:
         super().__init__(operation, message)
         self.operation = operation
         self.message = message
         self.late = late
+        self.errno = errno
 
     def __str__(self) -> str:
         return f"{self.operation}: {self.message}"
+
+
+class _QuietFactory(Factory):
+    noisy = False
+    protocol = Protocol
+
+
+_QUIET_FACTORY = _QuietFactory()
 
 
 class _Connection(txpostgres.Connection):
@@ -161,14 +172,17 @@ class PostgresProbe:
     :param host: the host to check.
     :param config: credentials and ``conn_max_age_ms``.
     :param turns: shared connection turns.
+    :param urgent: whether this host's connection setups go ahead of those
+        of dead hosts (see :meth:`ConnectTurns.acquire`).
     """
 
     def __init__(self, reactor: Any, host: HostConfig, config: Config,
-                 turns: ConnectTurns) -> None:
+                 turns: ConnectTurns, urgent: Callable[[], bool] = lambda: True) -> None:
         self._reactor = reactor
         self._host = host
         self._config = config
         self._turns = turns
+        self._urgent = urgent
         self._conn: txpostgres.Connection | None = None
         self._opened_at = 0.0
         self._level = 0
@@ -254,15 +268,15 @@ class PostgresProbe:
         endpoint_type = TCP6ClientEndpoint if ":" in address else TCP4ClientEndpoint
         endpoint = endpoint_type(self._reactor, address, host.port, timeout=3600)
         try:
-            proto = await self._wait(endpoint.connect(Factory.forProtocol(Protocol)))
+            proto = await self._wait(endpoint.connect(_QUIET_FACTORY))
         except Exception as e:
-            raise CheckFailed("connect", _describe(e, self._config)) from None
+            raise CheckFailed("connect", _describe(e, self._config), errno=_errno(e)) from None
         proto.transport.abortConnection()
         if self._aborted:
             raise CheckFailed("connect", "aborted")
         deadline.pause()
         try:
-            turn = await self._wait(self._turns.acquire())
+            turn = await self._wait(self._turns.acquire(self._urgent()))
         except Exception:
             raise CheckFailed("connect", "aborted while waiting for a turn") from None
         deadline.resume()
@@ -350,6 +364,16 @@ class PostgresProbe:
             except (ValueError, TypeError) as e:
                 self._close_conn()
                 raise CheckFailed("result", str(e)) from None
+
+
+def _errno(e: BaseException) -> int | None:
+    """
+    The system error number behind a connection error, if any.
+    """
+    for value in (getattr(e, "osError", None), getattr(e, "errno", None)):
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
 
 
 def _describe(e: BaseException, config: Config) -> str:

@@ -19,6 +19,7 @@ from pgstatus import __version__
 from pgstatus.api import StatusAPI
 from pgstatus.config import Config, ConfigError, load_config, process_environ
 from pgstatus.fastpath import FastSite
+from pgstatus.logging import install_observer
 from pgstatus.monitor import MonitorService
 
 log = Logger(namespace="pgstatus.main")
@@ -117,15 +118,26 @@ class PgStatusService(MultiService):
     :ivar api: the :class:`StatusAPI`.
     """
 
-    def __init__(self, config: Config, reactor: Any) -> None:
+    def __init__(self, config: Config, reactor: Any,
+                 server_options: Any = None) -> None:
         super().__init__()
         self.config = config
+        self._server_options = server_options
         self.monitor = MonitorService(config, reactor)
         self.monitor.setServiceParent(self)
         self.api = StatusAPI(lambda: self.monitor.registry.view, config, __version__)
         self.site = FastSite(self.api.resource(), self.api.renderer, reactor)
         self.http = HttpService(reactor, config.http_listen_address, config.http_port, self.site)
         self.http.setServiceParent(self)
+
+    def setServiceParent(self, parent: Any) -> None:
+        """
+        Under twistd, make the application log through our observer (twistd
+        starts logging after the service joins the application).
+        """
+        install_observer(parent, self._server_options, self.config.log_level,
+                         self.config.log_format)
+        super().setServiceParent(parent)
 
     def startService(self) -> None:
         """
@@ -146,15 +158,18 @@ class PgStatusService(MultiService):
         return super().stopService()
 
 
-def make_service(config: Config, reactor: Any = None) -> PgStatusService:
+def make_service(config: Config, reactor: Any = None,
+                 server_options: Any = None) -> PgStatusService:
     """
     Build the service for ``config``.
+
+    :param server_options: twistd's options, when run by twistd.
     """
     if reactor is None:
         from twisted.internet import reactor as global_reactor
 
         reactor = global_reactor
-    return PgStatusService(config, reactor)
+    return PgStatusService(config, reactor, server_options)
 
 
 def makeService(options: Options, reactor: Any = None) -> PgStatusService:
@@ -169,7 +184,4 @@ def makeService(options: Options, reactor: Any = None) -> PgStatusService:
         sys.stderr.write(f"pg-status: configuration error: {e}\n")
         sys.stderr.flush()
         raise SystemExit(2) from None
-    from pgstatus.logging import install_observer
-
-    install_observer(config)
-    return make_service(config, reactor)
+    return make_service(config, reactor, server_options=options.parent)

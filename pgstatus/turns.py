@@ -58,6 +58,7 @@ class ConnectTurns:
         self._clock = clock
         self._spacing = spacing
         self._waiting: deque[Deferred[Turn]] = deque()
+        self._later: deque[Deferred[Turn]] = deque()
         self._holder: Turn | None = None
         self._not_before = float("-inf")
         self._wakeup: IDelayedCall | None = None
@@ -75,22 +76,27 @@ class ConnectTurns:
         A connection is being set up or waits for its turn: aged
         connections should keep serving rather than join the queue.
         """
-        return self._holder is not None or bool(self._waiting)
+        return self._holder is not None or bool(self._waiting) or bool(self._later)
 
-    def acquire(self) -> Deferred[Turn]:
+    def acquire(self, urgent: bool = True) -> Deferred[Turn]:
         """
         Wait for a turn.  Cancelling the Deferred leaves the queue.
+
+        :param urgent: ``False`` for a host already dead: it waits behind
+            every urgent request, so hosts that hang during setup cannot keep
+            live hosts from reconnecting.
         """
         d: Deferred[Turn] = Deferred(self._cancel)
-        self._waiting.append(d)
+        (self._waiting if urgent else self._later).append(d)
         self._grant()
         return d
 
     def _cancel(self, d: Deferred[Turn]) -> None:
-        try:
-            self._waiting.remove(d)
-        except ValueError:
-            pass
+        for q in (self._waiting, self._later):
+            try:
+                q.remove(d)
+            except ValueError:
+                pass
 
     def _release(self, reached_auth: bool) -> None:
         self._holder = None
@@ -99,14 +105,14 @@ class ConnectTurns:
         self._grant()
 
     def _grant(self) -> None:
-        if self._holder is not None or not self._waiting:
+        if self._holder is not None or not (self._waiting or self._later):
             return
         now = self._clock.seconds()
         if now < self._not_before:
             if self._wakeup is None or not self._wakeup.active():
                 self._wakeup = self._clock.callLater(self._not_before - now, self._grant)
             return
-        d = self._waiting.popleft()
+        d = (self._waiting or self._later).popleft()
         self._holder = turn = Turn(self)
         self._not_before = now + self._spacing
         d.callback(turn)

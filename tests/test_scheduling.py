@@ -324,3 +324,18 @@ def test_stop_closes_probes_and_timers() -> None:
     clock.advance(10)
     assert all(len(p.starts) == 1 for p in probes)
     assert clock.getDelayedCalls() == [] or all(not c.active() for c in clock.getDelayedCalls())
+
+
+def test_dead_hosts_wait_behind_live_ones_for_turns() -> None:
+    """
+    Setups of dead hosts go after every waiting setup of a live host.
+    """
+    clock = Clock()
+    turns = ConnectTurns(clock, spacing=0)
+    order = []
+    first = turns.acquire()
+    turns.acquire(urgent=False).addCallback(lambda t: (order.append("dead"), t.release(False)))
+    turns.acquire(urgent=True).addCallback(lambda t: (order.append("live"), t.release(False)))
+    first.result.release(False)
+    assert order == ["live", "dead"]
+    assert not turns.busy
