@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from email.utils import formatdate
 from typing import Any
-from urllib.parse import parse_qs
 
-from twisted.web.http import HTTPChannel, responses
+from twisted.web.http import HTTPChannel, parse_qs, responses
 from twisted.web.server import Site, version
 
 from pgstatus.responses import REPLICA_ROUTES, Renderer, Response, wants_json
@@ -113,9 +112,11 @@ def _args(query: bytes) -> dict[str, str]:
                 continue
             out.setdefault(k.decode("utf-8", "replace"), v.decode("utf-8", "replace"))
         return out
+    # the same parser twisted.web uses for request.args
     return {
         k.decode("utf-8", "replace"): vs[0].decode("utf-8", "replace")
-        for k, vs in parse_qs(query, keep_blank_values=True).items()
+        for k, vs in parse_qs(query, 1).items()
+        if vs
     }
 
 
@@ -141,7 +142,11 @@ class FastChannel(HTTPChannel):
                     break
                 self._buf = buf
                 return
-            answer = self._answer(buf[:end], site) if site.fast else None
+            try:
+                answer = self._answer(buf[:end], site) if site.fast else None
+            except Exception:
+                # let Klein answer (and log) whatever went wrong here
+                answer = None
             if answer is None:
                 break
             data_out, close = answer

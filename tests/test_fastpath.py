@@ -52,7 +52,9 @@ PATHS = [
     "/sync_by_time_and_bytes?lag_ms=1", "/most_sync_by_bytes",
     "/most_sync_by_bytes?lag_bytes=100&min_lsn=0/1", "/hosts", "/status", "/status?host=pg-2",
     "/status?host=nope", "/status?host=", "/version", "/live", "/ready", "/nope", "/",
-    "/master/", "/mas%74er", "/hosts?x=1",
+    "/master/", "/mas%74er", "/hosts?x=1", "/replica?lag_ms=%ff%fe", "/status?host=%ff",
+    "/replica?&&==&", "/replica?lag_ms", "/status?host=pg-2&host=pg-1", "/replica?lag_ms=9" * 1,
+    "/sync_by_time?lag_ms=" + "9" * 30, "/status?host=pg%2D2",
 ]
 
 
