@@ -620,7 +620,8 @@ def observer() -> ILogObserver:
 
 def reopen_on_sighup(obs: ILogObserver) -> None:
     """
-    Make SIGHUP reopen ``obs``'s output (log file or syslog socket).
+    Make SIGUSR1 and SIGHUP reopen ``obs``'s output (log file or syslog
+    socket), for log rotation.
 
     Twisted does not handle SIGHUP, whose default action ends the process;
     the init script's ``reload`` sends it after log rotation. The handler
@@ -635,6 +636,7 @@ def reopen_on_sighup(obs: ILogObserver) -> None:
     def handler(signum: int, frame: FrameType | None) -> None:
         request()
 
+    signal.signal(signal.SIGUSR1, handler)
     signal.signal(signal.SIGHUP, handler)
 
 

@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from twisted.logger import Logger
+
 from pgstatus.config import Config
 from pgstatus.selection import (
     Filters,
@@ -25,6 +27,8 @@ from pgstatus.selection import (
     most_sync,
 )
 from pgstatus.state import HostStatus, View
+
+log = Logger(namespace="pgstatus.http")
 
 TEXT = b"text/plain; charset=utf-8"
 JSON = b"application/json"
@@ -272,6 +276,17 @@ class Renderer:
                 group = local_group(found, self._locality)
             if len(cache) < 512:
                 cache[key] = group
+            if not group:
+                # once per view and filter set, not per request
+                log.debug(
+                    "no replica matches route={route} lag_ms={lag_ms} lag_bytes={lag_bytes} "
+                    "min_lsn={min_lsn} timeline={timeline}; answering with the master "
+                    "master={master}",
+                    route=route, lag_ms=f.lag_ms, lag_bytes=f.lag_bytes,
+                    min_lsn=None if f.min_lsn is None else format_lsn(f.min_lsn),
+                    timeline=f.timeline,
+                    master=view.master.name if view.master else "none",
+                )
         if not group:
             return self._host_answer(view, view.master, as_json)
         return self._host_answer(view, self.rr.pick(group), as_json)

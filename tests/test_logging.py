@@ -680,23 +680,25 @@ def test_observer_for_twistd_options(tmp_path: Path, monkeypatch: pytest.MonkeyP
         pglog.observer_for_twistd({"nodaemon": False, "logfile": "-"})
 
 
-def test_sighup_reopens_log_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGHUP])
+def test_signal_reopens_log_file(tmp_path: Path, signum: int) -> None:
     """
-    After logrotate moves the file, SIGHUP makes the next line go to a
-    fresh file at the configured path, and the process survives.
+    After logrotate moves the file, SIGUSR1 (or SIGHUP) makes the next line
+    go to a fresh file at the configured path, and the process survives.
     """
     path = tmp_path / "pg-status.log"
     app = Application("pgstatus")
-    previous = signal.getsignal(signal.SIGHUP)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGUSR1)}
     try:
         obs = pglog.install_observer(app, {"nodaemon": True, "logfile": str(path)})
         assert obs is not None
         emit(obs, event("before"))
         path.rename(tmp_path / "pg-status.log.1")
-        os.kill(os.getpid(), signal.SIGHUP)
+        os.kill(os.getpid(), signum)
         emit(obs, event("after"))
     finally:
-        signal.signal(signal.SIGHUP, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     assert (tmp_path / "pg-status.log.1").read_text().endswith("INFO http: before\n")
     assert path.read_text().endswith("INFO http: after\n")
 
