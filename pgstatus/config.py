@@ -129,6 +129,9 @@ class Config:
     http_port: int = 8000
     log_level: str = "info"
     log_format: str = "text"
+    #: an addition of ours: how long a read-your-writes request may wait for
+    #: a replica to catch up (0: answer at once, as the original does)
+    min_lsn_wait_ms: int = 0
     warnings: tuple[str, ...] = ()
 
     def public_items(self) -> list[tuple[str, str]]:
@@ -168,6 +171,7 @@ class Config:
             ("http_port", str(self.http_port)),
             ("log_level", self.log_level),
             ("log_format", self.log_format),
+            ("min_lsn_wait_ms", str(self.min_lsn_wait_ms)),
         ]
         return items
 
@@ -255,6 +259,7 @@ _INT_SETTINGS: dict[str, tuple[int, int, str]] = {
     "sync_max_lag_ms": (0, _INT_MAX, "a non-negative integer"),
     "sync_max_lag_bytes": (0, _INT_MAX, "a non-negative integer"),
     "http_port": (0, 65535, "an integer from 0 to 65535"),
+    "min_lsn_wait_ms": (0, 60000, "an integer from 0 to 60000"),
 }
 
 

@@ -904,6 +904,7 @@ def test_public_items_full():
         ("http_port", "0"),
         ("log_level", "warning"),
         ("log_format", "json"),
+        ("min_lsn_wait_ms", "0"),
     ]
 
 

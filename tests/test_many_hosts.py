@@ -47,7 +47,7 @@ def test_forty_hanging_hosts_do_not_delay_ten_healthy(pg_topology, tcp_proxy, re
                     seen[i] = m.checks
                     starts[i].append(m.last_started)
             yield deferLater(reactor, 0.02, lambda: None)
-        gaps = [b - a for s in starts.values() for a, b in zip(s, s[1:])]
+        gaps = [b - a for s in starts.values() for a, b in zip(s, s[1:], strict=False)]
         worst = max(gaps)
         print(f"\n50 hosts (40 hanging): healthy checks={sum(len(s) for s in starts.values())} "
               f"mean gap={sum(gaps) / len(gaps):.3f}s worst gap={worst:.3f}s "

@@ -1,0 +1,124 @@
+"""
+Shared fixtures: a real PostgreSQL topology and TCP proxies.
+
+Fixtures
+--------
+``pg_topology`` (session)
+    One primary and two streaming replicas (``tests/pgtopology.py``), started
+    from the local PostgreSQL binaries for the whole session.  Without
+    PostgreSQL the tests fail; they never skip.
+``guarded_topology`` (function)
+    The same topology, checked (and repaired if needed) before the test and
+    repaired after it: frozen nodes are unfrozen, stopped ones started,
+    paused replay resumed, and streaming awaited.
+``fresh_topology`` (function)
+    Factory: ``fresh_topology(replicas=2)`` starts an independent topology
+    with its own ports and data, torn down after the test.
+``tcp_proxy`` (function)
+    Factory: ``tcp_proxy(node)`` or ``tcp_proxy(host, port)`` starts a
+    ``tests.tcpproxy.TcpProxy`` on the reactor; all are stopped after the test.
+``reactor`` (function)
+    The reactor that pytest-twisted runs.
+
+Rules for the shared topology
+-----------------------------
+- A test that disturbs ``pg_topology`` (stop, kill, sigstop, pause_replay,
+  ...) must request ``guarded_topology`` instead, which puts things back.
+- A test that changes roles (promotion, failover) or data irreversibly must
+  use ``fresh_topology``: a promoted shared replica cannot be restored, and
+  the guard fails the test that did it.
+- Rows in ``rw_check`` accumulate; never assume the table is empty.
+- The topology methods block.  In ``@pytest_twisted.inlineCallbacks`` tests
+  where the service under test runs on the reactor, call the ones that wait
+  (``start``, ``stop``, ``promote``, ``wait_*`` ...) through
+  ``twisted.internet.threads.deferToThread``; likewise any psycopg2 connect
+  through a ``TcpProxy``, which needs the reactor to answer.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import pytest_twisted
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from pgtopology import PgNode, PgTopology  # noqa: E402
+from tcpproxy import TcpProxy  # noqa: E402
+
+
+@pytest.fixture
+def reactor() -> Any:
+    """The reactor pytest-twisted installed and runs."""
+    from twisted.internet import reactor as _reactor
+
+    return _reactor
+
+
+@pytest.fixture(scope="session")
+def pg_topology() -> Iterator[PgTopology]:
+    """A primary and two streaming replicas for the whole session."""
+    topo = PgTopology.start(replicas=2)
+    try:
+        yield topo
+    finally:
+        topo.teardown()
+
+
+@pytest.fixture
+def guarded_topology(pg_topology: PgTopology) -> Iterator[PgTopology]:
+    """The session topology, healthy before the test and restored after it."""
+    pg_topology.restore()
+    yield pg_topology
+    pg_topology.restore()
+
+
+@pytest.fixture
+def fresh_topology() -> Iterator[Callable[..., PgTopology]]:
+    """Factory of independent topologies, torn down after the test."""
+    made: list[PgTopology] = []
+
+    def make(replicas: int = 2, **kwargs: Any) -> PgTopology:
+        topo = PgTopology.start(replicas=replicas, **kwargs)
+        made.append(topo)
+        return topo
+
+    yield make
+    errors = []
+    for topo in made:
+        try:
+            topo.teardown()
+        except Exception as e:  # noqa: BLE001 - tear down the rest first
+            errors.append(e)
+    if errors:
+        raise errors[0]
+
+
+@pytest.fixture
+def tcp_proxy(reactor: Any) -> Iterator[Callable[..., TcpProxy]]:
+    """
+    Factory of started proxies: ``tcp_proxy(node)`` or
+    ``tcp_proxy(host, port, listen_host="127.0.0.1")``.
+    """
+    proxies: list[TcpProxy] = []
+
+    def make(
+        target: PgNode | str, port: int | None = None, listen_host: str = "127.0.0.1"
+    ) -> TcpProxy:
+        if isinstance(target, PgNode):
+            host, port = target.host, target.port
+        else:
+            host = target
+        assert port is not None, "tcp_proxy(host, port) needs a port"
+        proxy = TcpProxy(reactor, host, port, listen_host=listen_host)
+        proxy.start()
+        proxies.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in proxies:
+        pytest_twisted.blockon(proxy.stop())
