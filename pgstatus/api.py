@@ -11,11 +11,13 @@ from collections.abc import Callable
 from typing import Any
 
 from klein import Klein
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger, LogLevel
 from twisted.web.iweb import IRequest
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 
 from pgstatus.config import Config
+from pgstatus.freshness import FreshReads
 from pgstatus.responses import (
     EMPTY_404,
     EMPTY_405,
@@ -76,8 +78,9 @@ class StatusAPI:
 
     app = Klein()
 
-    def __init__(self, current: Callable[[], View], config: Config, version: str) -> None:
-        self.renderer = Renderer(current, config, version)
+    def __init__(self, current: Callable[[], View], config: Config, version: str,
+                 fresh: FreshReads | None = None) -> None:
+        self.renderer = Renderer(current, config, version, fresh)
 
     def resource(self) -> Any:
         """
@@ -90,9 +93,11 @@ class StatusAPI:
         return send(request, self.renderer.master(_accepts_json(request)))
 
     @app.route(f"/<any({', '.join(sorted(REPLICA_ROUTES))}):route>", methods=METHODS)
-    def replica(self, request: IRequest, route: str) -> bytes:
-        return send(request, self.renderer.replica(
-            route, first_args(request), _accepts_json(request)))
+    def replica(self, request: IRequest, route: str) -> bytes | Deferred[bytes]:
+        r = self.renderer.replica(route, first_args(request), _accepts_json(request))
+        if isinstance(r, Deferred):
+            return r.addCallback(lambda answer: send(request, answer))
+        return send(request, r)
 
     @app.route("/hosts", methods=METHODS)
     def hosts(self, request: IRequest) -> bytes:

@@ -15,6 +15,8 @@ from __future__ import annotations
 from email.utils import formatdate
 from typing import Any
 
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger, LogLevel
 from twisted.web.http import HTTPChannel, parse_qs, responses
 from twisted.web.server import Site, version
 
@@ -22,6 +24,10 @@ from pgstatus.responses import REPLICA_ROUTES, Renderer, Response, wants_json
 
 #: longest request head the fast path looks at; longer ones go to Klein
 MAX_HEAD = 8192
+#: most bytes buffered behind a waiting answer before the client is cut off
+MAX_PENDING = 65536
+
+log = Logger(namespace="pgstatus.http")
 
 _SERVER = b"Server: " + version + b"\r\n"
 
@@ -127,13 +133,22 @@ class FastChannel(HTTPChannel):
 
     site: FastSite
     _slow = False
+    _blocked = False
     _buf = b""
 
     def dataReceived(self, data: bytes) -> None:
         if self._slow:
             return super().dataReceived(data)
         self.resetTimeout()
-        buf = self._buf + data if self._buf else data
+        self._buf = self._buf + data if self._buf else data
+        if self._blocked:
+            if len(self._buf) > MAX_PENDING:
+                self.transport.loseConnection()
+            return
+        self._process()
+
+    def _process(self) -> None:
+        buf = self._buf
         site = self.site
         while buf:
             end = buf.find(b"\r\n\r\n")
@@ -149,9 +164,16 @@ class FastChannel(HTTPChannel):
                 answer = None
             if answer is None:
                 break
+            buf = buf[end + 4:]
+            if isinstance(answer, Deferred):
+                # answer later; requests pipelined behind it wait their turn
+                self._buf = buf
+                self._blocked = True
+                answer.addCallback(self._later)
+                answer.addErrback(self._broken)
+                return
             data_out, close = answer
             self.transport.write(data_out)
-            buf = buf[end + 4:]
             if close:
                 self._buf = b""
                 self.transport.loseConnection()
@@ -164,7 +186,23 @@ class FastChannel(HTTPChannel):
         self._buf = b""
         super().dataReceived(buf)
 
-    def _answer(self, head: bytes, site: FastSite) -> tuple[bytes, bool] | None:
+    def _later(self, answer: tuple[bytes, bool]) -> None:
+        self._blocked = False
+        data_out, close = answer
+        if getattr(self.transport, "disconnected", False):
+            return
+        self.transport.write(data_out)
+        if close:
+            self._buf = b""
+            self.transport.loseConnection()
+            return
+        self._process()
+
+    def _broken(self, f: Any) -> None:
+        log.failure("fast path answer failed", f, level=LogLevel.error)
+        self.transport.abortConnection()
+
+    def _answer(self, head: bytes, site: FastSite) -> Any:
         line_end = head.find(b"\r\n")
         request_line = head if line_end < 0 else head[:line_end]
         parts = request_line.split(b" ")
@@ -197,12 +235,18 @@ class FastChannel(HTTPChannel):
         r = self._route(path, query, accept, site.renderer)
         if r is None:
             return None
+        if isinstance(r, Deferred):
+            return r.addCallback(self._bytes, is_head, close)
+        return self._bytes(r, is_head, close)
+
+    def _bytes(self, r: Response, is_head: bool, close: bool) -> tuple[bytes, bool]:
+        site = self.site
         status, tail = site.wire.parts(r, is_head, close)
         return status + site.date.line() + tail, close
 
     @staticmethod
     def _route(path: bytes, query: bytes, accept: str | None, renderer: Renderer
-               ) -> Response | None:
+               ) -> Response | Deferred[Response] | None:
         if path == b"/master":
             return renderer.master(wants_json(accept))
         name = path[1:].decode("ascii", "replace")

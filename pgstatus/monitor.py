@@ -81,6 +81,7 @@ class HostMonitor:
         self._waiters: list[Callable[[], None]] = []
         self._late_failures = 0
         self.checks = 0
+        self.extra_checks = 0
         self.last_started: float | None = None
 
     @property
@@ -109,6 +110,25 @@ class HostMonitor:
             self._timer.cancel()
         self._timer = None
         self.probe.close()
+
+    def check_soon(self, min_interval: float) -> bool:
+        """
+        Start an extra check now, unless one is running or the last one
+        started less than ``min_interval`` seconds ago.  The schedule then
+        continues from this check.
+
+        :return: whether a check was started.
+        """
+        if not self._running or self.checking or self._timer is None:
+            return False
+        now = self._clock.seconds()
+        if self.last_started is not None and now - self.last_started < min_interval:
+            return False
+        self._timer.cancel()
+        self._timer = None
+        self.extra_checks += 1
+        self._run()
+        return True
 
     def on_check_done(self, callback: Callable[[], None]) -> None:
         """
@@ -290,6 +310,12 @@ class MonitorService(Service):
             for state in self.registry.states
         ]
         self.registry.observe(_log_changes)
+
+    def check_soon(self, index: int, min_interval: float) -> bool:
+        """
+        An extra check of host ``index`` (see :meth:`HostMonitor.check_soon`).
+        """
+        return self.monitors[index].check_soon(min_interval)
 
     def _master_monitor(self) -> HostMonitor | None:
         m = self.registry.view.master

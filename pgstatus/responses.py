@@ -15,9 +15,11 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from pgstatus.config import Config
+from pgstatus.freshness import FreshReads
 from pgstatus.selection import (
     Filters,
     Locality,
@@ -136,6 +138,21 @@ def parse_timeline(value: str) -> int:
     return n
 
 
+#: the longest wait_ms accepted
+MAX_WAIT_MS = 60000
+
+
+def parse_wait(value: str) -> int:
+    """
+    ``wait_ms``: 0 to 60000.
+
+    :raise BadParameter: otherwise.
+    """
+    if _UINT.fullmatch(value) is None or len(value.lstrip("0")) > 5 or int(value) > MAX_WAIT_MS:
+        raise BadParameter("Invalid wait_ms")
+    return int(value)
+
+
 def wants_json(accept: str | None) -> bool:
     """
     The ``Accept`` header lists ``application/json`` (with or without
@@ -219,9 +236,11 @@ class Renderer:
     :param version: the service version, for ``/version``.
     """
 
-    def __init__(self, current: Callable[[], View], config: Config, version: str) -> None:
+    def __init__(self, current: Callable[[], View], config: Config, version: str,
+                 fresh: FreshReads | None = None) -> None:
         self._current = current
         self._config = config
+        self._fresh = fresh
         self._locality = Locality(
             config.current_dc if config.use_dc else None,
             config.current_geo if config.use_geo else None,
@@ -253,17 +272,53 @@ class Renderer:
             return NOT_READY
         return self._host_answer(view, view.master, as_json)
 
-    def replica(self, route: str, args: Mapping[str, str], as_json: bool) -> Response:
+    def replica(self, route: str, args: Mapping[str, str], as_json: bool
+                ) -> Response | Deferred[Response]:
         """
         ``/replica``, ``/sync_by_*`` and ``/most_sync_by_bytes``.
+
+        With ``min_lsn`` and a wait (``wait_ms``, or the configured
+        ``min_lsn_wait_ms``) on routes other than ``/most_sync_by_bytes``,
+        the answer may be a Deferred: see :mod:`pgstatus.freshness`.
         """
         view = self._current()
         if not view.ready:
             return NOT_READY
         try:
             f = parse_filters(route, args, self._config)
+            wait = self._wait_ms(route, args, f)
         except BadParameter as e:
             return error(400, str(e))
+        group = self._group(view, route, f)
+        if group:
+            return self._host_answer(view, self.rr.pick(group), as_json)
+        if wait and self._fresh is not None:
+            behind = [h.index for h in view.hosts
+                      if h.alive and not h.master and (h.lsn is None or h.lsn < f.min_lsn)]
+            if behind:
+                d = self._fresh.wait(lambda v: bool(self._group(v, route, f)), wait / 1000,
+                                     behind)
+                return d.addCallback(lambda _: self._answer_now(route, f, as_json))
+        return self._host_answer(view, view.master, as_json)
+
+    def _answer_now(self, route: str, f: Filters, as_json: bool) -> Response:
+        view = self._current()
+        group = self._group(view, route, f)
+        if group:
+            return self._host_answer(view, self.rr.pick(group), as_json)
+        return self._host_answer(view, view.master, as_json)
+
+    def _wait_ms(self, route: str, args: Mapping[str, str], f: Filters) -> int:
+        v = args.get("wait_ms")
+        wait = parse_wait(v) if v is not None else self._config.min_lsn_wait_ms
+        if f.min_lsn is None or route == "most_sync_by_bytes":
+            return 0
+        return wait
+
+    def _group(self, view: View, route: str, f: Filters) -> tuple[HostStatus, ...]:
+        """
+        The replicas to choose from, memoised per view and filters.
+        """
         cache = view.cache
         key = ("group", route, f)
         group = cache.get(key)
@@ -287,9 +342,7 @@ class Renderer:
                     timeline=f.timeline,
                     master=view.master.name if view.master else "none",
                 )
-        if not group:
-            return self._host_answer(view, view.master, as_json)
-        return self._host_answer(view, self.rr.pick(group), as_json)
+        return group
 
     def hosts(self) -> Response:
         """

@@ -19,6 +19,7 @@ from pgstatus import __version__
 from pgstatus.api import StatusAPI
 from pgstatus.config import Config, ConfigError, load_config, process_environ
 from pgstatus.fastpath import FastSite
+from pgstatus.freshness import MIN_EXTRA_INTERVAL, FreshReads
 from pgstatus.logging import install_observer
 from pgstatus.monitor import MonitorService
 
@@ -125,7 +126,11 @@ class PgStatusService(MultiService):
         self._server_options = server_options
         self.monitor = MonitorService(config, reactor)
         self.monitor.setServiceParent(self)
-        self.api = StatusAPI(lambda: self.monitor.registry.view, config, __version__)
+        self.fresh = FreshReads(
+            reactor, lambda i: self.monitor.check_soon(i, MIN_EXTRA_INTERVAL))
+        self.monitor.registry.observe(self.fresh.published)
+        self.api = StatusAPI(lambda: self.monitor.registry.view, config, __version__,
+                             self.fresh)
         self.site = FastSite(self.api.resource(), self.api.renderer, reactor)
         self.http = HttpService(reactor, config.http_listen_address, config.http_port, self.site)
         self.http.setServiceParent(self)

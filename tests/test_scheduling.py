@@ -339,3 +339,40 @@ def test_dead_hosts_wait_behind_live_ones_for_turns() -> None:
     first.result.release(False)
     assert order == ["live", "dead"]
     assert not turns.busy
+
+
+def test_check_soon_is_coalesced_and_rate_limited() -> None:
+    """
+    An extra check starts at once unless one runs or one started less than
+    the minimum interval ago; the schedule continues from it.
+    """
+    clock, svc, (p,) = make(sleep_ms="1000", query_timeout_ms="500")
+    svc.startService()
+    assert not svc.check_soon(0, 0.01)  # a check is running
+    p.answer(master_obs(clock))
+    assert not svc.check_soon(0, 0.01)  # the last one started just now
+    clock.advance(0.3)
+    assert svc.check_soon(0, 0.01)
+    assert p.starts == [0, 0.3]
+    p.answer(master_obs(clock))
+    clock.advance(0.999)
+    assert p.starts == [0, 0.3]
+    clock.advance(0.001)
+    assert p.starts == [0, 0.3, pytest.approx(1.3)]
+
+
+def test_fresh_reads_release_on_view_and_expire() -> None:
+    from pgstatus.freshness import FreshReads
+    from pgstatus.state import View
+
+    clock = Clock()
+    asked = []
+    fresh = FreshReads(clock, asked.append)
+    done = []
+    fresh.wait(lambda v: v.generation >= 2, 1.0, [1, 2]).addCallback(lambda _: done.append("a"))
+    fresh.wait(lambda v: False, 1.0, []).addCallback(lambda _: done.append("b"))
+    assert asked == [1, 2] and fresh.waiting == 2
+    fresh.published(View((), None, True, 1), View((), None, True, 2))
+    assert done == ["a"] and fresh.waiting == 1
+    clock.advance(1.0)
+    assert done == ["a", "b"] and fresh.waiting == 0
