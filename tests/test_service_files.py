@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -69,6 +70,12 @@ def test_init_script_lifecycle(tmp_path) -> None:
         os.kill(pid, 0)
         out = run_init("status", env)
         assert out.returncode == 0, out
+        # The daemon was orphaned by twistd's double fork; if this process is
+        # a child subreaper (the topology helpers make it one), the daemon is
+        # now our child and must be reaped here, or it stays a zombie that
+        # start-stop-daemon sees as still running.
+        reaper = threading.Thread(target=_reap, args=(pid,), daemon=True)
+        reaper.start()
         out = run_init("stop", env)
         assert out.returncode == 0, out
         deadline = time.monotonic() + 10
@@ -85,6 +92,13 @@ def test_init_script_lifecycle(tmp_path) -> None:
                 os.kill(int(pidfile.read_text()), 9)
             except (ProcessLookupError, ValueError):
                 pass
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
 
 
 def test_init_script_syntax() -> None:
