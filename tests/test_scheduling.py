@@ -376,3 +376,37 @@ def test_fresh_reads_release_on_view_and_expire() -> None:
     assert done == ["a"] and fresh.waiting == 1
     clock.advance(1.0)
     assert done == ["a", "b"] and fresh.waiting == 0
+
+
+def test_poll_errors_rate_limited_per_interval() -> None:
+    """
+    A host failing every 100 ms for 2.95 s with poll_error_log_interval_ms
+    1000 logs the first failure and then one per second at error (3 in
+    all), the rest at debug; after a success the next failure is an error
+    again.  With 0, every failure is an error.
+    """
+    from twisted.logger import LogLevel, globalLogPublisher
+
+    for interval, expected in (("1000", 3), ("0", 30)):
+        events: list[dict] = []
+        globalLogPublisher.addObserver(events.append)
+        try:
+            clock, svc, (p,) = make(sleep_ms="100", query_timeout_ms="50",
+                                    poll_error_log_interval_ms=interval)
+            svc.startService()
+            for _ in range(30):
+                p.fail()
+                clock.advance(0.1)
+            polls = [e for e in events if "poll failed" in e.get("log_format", "")]
+            errors = [e for e in polls if e["log_level"] == LogLevel.error]
+            assert len(polls) == 30
+            assert len(errors) == expected, interval
+            p.answer(master_obs(clock))
+            clock.advance(0.1)
+            p.fail()
+            polls = [e for e in events if "poll failed" in e.get("log_format", "")]
+            assert polls[-1]["log_level"] == LogLevel.error
+            assert any("recovered" in e.get("log_format", "") for e in events)
+        finally:
+            globalLogPublisher.removeObserver(events.append)
+            svc.stopService()
