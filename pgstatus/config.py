@@ -132,6 +132,10 @@ class Config:
     #: an addition of ours: how long a read-your-writes request may wait for
     #: a replica to catch up (0: answer at once, as the original does)
     min_lsn_wait_ms: int = 0
+    #: additions of ours, HTTP limits against misbehaving clients
+    http_max_connections: int = 10000
+    http_idle_timeout_ms: int = 60000
+    http_header_timeout_ms: int = 10000
     warnings: tuple[str, ...] = ()
 
     def public_items(self) -> list[tuple[str, str]]:
@@ -172,6 +176,9 @@ class Config:
             ("log_level", self.log_level),
             ("log_format", self.log_format),
             ("min_lsn_wait_ms", str(self.min_lsn_wait_ms)),
+            ("http_max_connections", str(self.http_max_connections)),
+            ("http_idle_timeout_ms", str(self.http_idle_timeout_ms)),
+            ("http_header_timeout_ms", str(self.http_header_timeout_ms)),
         ]
         return items
 
@@ -260,6 +267,9 @@ _INT_SETTINGS: dict[str, tuple[int, int, str]] = {
     "sync_max_lag_bytes": (0, _INT_MAX, "a non-negative integer"),
     "http_port": (0, 65535, "an integer from 0 to 65535"),
     "min_lsn_wait_ms": (0, 60000, "an integer from 0 to 60000"),
+    "http_max_connections": (1, 1000000, "an integer from 1 to 1000000"),
+    "http_idle_timeout_ms": (1, _INT_MAX, "an integer greater than 0"),
+    "http_header_timeout_ms": (1, _INT_MAX, "an integer greater than 0"),
 }
 
 

@@ -16,6 +16,7 @@ from email.utils import formatdate
 from typing import Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.protocol import Protocol
 from twisted.logger import Logger, LogLevel
 from twisted.web.http import HTTPChannel, parse_qs, responses
 from twisted.web.server import Site, version
@@ -24,6 +25,10 @@ from pgstatus.responses import REPLICA_ROUTES, Renderer, Response, wants_json
 
 #: longest request head the fast path looks at; longer ones go to Klein
 MAX_HEAD = 8192
+#: longest request head accepted at all (twisted.web's own limit)
+MAX_TOTAL = HTTPChannel.totalHeadersSize
+_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\n"
+              b"Connection: close\r\n\r\n")
 #: most bytes buffered behind a waiting answer before the client is cut off
 MAX_PENDING = 65536
 
@@ -93,13 +98,28 @@ class FastSite(Site):
     noisy = False
 
     def __init__(self, resource: Any, renderer: Renderer, reactor: Any,
-                 fast: bool = True) -> None:
-        super().__init__(resource, reactor=reactor)
+                 fast: bool = True, max_connections: int = 10000,
+                 idle_timeout: float = 60.0, header_timeout: float = 10.0) -> None:
+        super().__init__(resource, reactor=reactor, timeout=idle_timeout)
         self.renderer = renderer
         self.wire = _Wire()
         self.date = _Date(reactor)
         self.fast = fast
         self.protocol = FastChannel
+        self.max_connections = max_connections
+        self.header_timeout = header_timeout
+        self.connections = 0
+        self.refused = 0
+
+    def buildProtocol(self, addr: Any) -> Any:
+        """
+        A channel, or, past ``max_connections``, a protocol that answers
+        503 and closes.
+        """
+        if self.connections >= self.max_connections:
+            self.refused += 1
+            return _Busy()
+        return super().buildProtocol(addr)
 
     def log(self, request: Any) -> None:
         """
@@ -126,6 +146,18 @@ def _args(query: bytes) -> dict[str, str]:
     }
 
 
+class _Busy(Protocol):
+    """
+    Refuses a connection over the limit politely.
+    """
+
+    def connectionMade(self) -> None:
+        self.transport.write(
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+            b"Connection: close\r\n\r\n")
+        self.transport.loseConnection()
+
+
 class FastChannel(HTTPChannel):
     """
     ``HTTPChannel`` with the shortcut described in the module docstring.
@@ -135,9 +167,30 @@ class FastChannel(HTTPChannel):
     _slow = False
     _blocked = False
     _buf = b""
+    _head_timer: Any = None
+
+    def connectionMade(self) -> None:
+        super().connectionMade()
+        self.site.connections += 1
+
+    def connectionLost(self, reason: Any) -> None:
+        self.site.connections -= 1
+        self._stop_head_timer()
+        super().connectionLost(reason)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            if self._head_timer.active():
+                self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_too_slow(self) -> None:
+        self._head_timer = None
+        self.transport.abortConnection()
 
     def dataReceived(self, data: bytes) -> None:
         if self._slow:
+            self._stop_head_timer()
             return super().dataReceived(data)
         self.resetTimeout()
         self._buf = self._buf + data if self._buf else data
@@ -146,17 +199,25 @@ class FastChannel(HTTPChannel):
                 self.transport.loseConnection()
             return
         self._process()
+        if self._buf and self._head_timer is None and not self._slow:
+            # a request head must arrive complete within header_timeout
+            self._head_timer = self.callLater(self.site.header_timeout, self._head_too_slow)
 
     def _process(self) -> None:
         buf = self._buf
         site = self.site
         while buf:
-            end = buf.find(b"\r\n\r\n")
+            end = buf.find(b"\r\n\r\n", 0, MAX_TOTAL + 4)
             if end < 0:
-                if len(buf) > MAX_HEAD:
-                    break
+                if len(buf) > MAX_TOTAL:
+                    self._buf = b""
+                    self.transport.write(_TOO_LARGE)
+                    self.transport.loseConnection()
+                    return
                 self._buf = buf
                 return
+            if end > MAX_HEAD:
+                break  # a big but acceptable head: twisted.web parses it
             try:
                 answer = self._answer(buf[:end], site) if site.fast else None
             except Exception:
@@ -180,8 +241,11 @@ class FastChannel(HTTPChannel):
                 return
         else:
             self._buf = b""
+            if self._head_timer is not None:
+                self._stop_head_timer()
             return
         # Hand this and everything after it to twisted.web and Klein.
+        self._stop_head_timer()
         self._slow = True
         self._buf = b""
         super().dataReceived(buf)

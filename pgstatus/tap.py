@@ -131,7 +131,12 @@ class PgStatusService(MultiService):
         self.monitor.registry.observe(self.fresh.published)
         self.api = StatusAPI(lambda: self.monitor.registry.view, config, __version__,
                              self.fresh)
-        self.site = FastSite(self.api.resource(), self.api.renderer, reactor)
+        self.site = FastSite(
+            self.api.resource(), self.api.renderer, reactor,
+            max_connections=config.http_max_connections,
+            idle_timeout=config.http_idle_timeout_ms / 1000,
+            header_timeout=config.http_header_timeout_ms / 1000,
+        )
         self.http = HttpService(reactor, config.http_listen_address, config.http_port, self.site)
         self.http.setServiceParent(self)
 
