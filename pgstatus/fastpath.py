@@ -146,6 +146,9 @@ def _args(query: bytes) -> dict[str, str]:
     }
 
 
+_REPLICA_PATHS = {b"/" + r.encode(): r for r in REPLICA_ROUTES}
+
+
 class _Busy(Protocol):
     """
     Refuses a connection over the limit politely.
@@ -313,9 +316,9 @@ class FastChannel(HTTPChannel):
                ) -> Response | Deferred[Response] | None:
         if path == b"/master":
             return renderer.master(wants_json(accept))
-        name = path[1:].decode("ascii", "replace")
-        if name in REPLICA_ROUTES:
-            return renderer.replica(name, _args(query) if query else {}, wants_json(accept))
+        name = _REPLICA_PATHS.get(path)
+        if name is not None:
+            return renderer.replica_query(name, query, wants_json(accept), _args)
         if path == b"/hosts":
             return renderer.hosts()
         if path == b"/status":

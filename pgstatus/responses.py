@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -137,6 +138,11 @@ def parse_timeline(value: str) -> int:
         raise BadParameter("Invalid timeline")
     return n
 
+
+#: memoised request plans per view
+MAX_PLANS = 1024
+#: plan marker: wait for a replica to catch up
+_WAIT = object()
 
 #: the longest wait_ms accepted
 MAX_WAIT_MS = 60000
@@ -284,21 +290,72 @@ class Renderer:
         view = self._current()
         if not view.ready:
             return NOT_READY
+        key = ("args", route, tuple(sorted(args.items())), as_json)
+        plan = view.cache.get(key)
+        if plan is None:
+            plan = self._plan(view, route, args, as_json)
+            if len(view.cache) < MAX_PLANS:
+                view.cache[key] = plan
+        return self._follow(view, plan, route, args, as_json)
+
+    def replica_query(self, route: str, query: bytes, as_json: bool,
+                      parse: Callable[[bytes], Mapping[str, str]]
+                      ) -> Response | Deferred[Response]:
+        """
+        :meth:`replica` keyed by the raw query string, which is parsed (with
+        ``parse``) only once per view: the fast path's entry.
+        """
+        view = self._current()
+        if not view.ready:
+            return NOT_READY
+        key = ("query", route, query, as_json)
+        plan = view.cache.get(key)
+        if plan is None:
+            args = parse(query) if query else {}
+            plan = self._plan(view, route, args, as_json)
+            if len(view.cache) < MAX_PLANS:
+                view.cache[key] = plan
+        if plan.__class__ is tuple:
+            answers, rr_key = plan
+            return answers[self.rr.next(rr_key, len(answers))]
+        if plan is _WAIT:
+            return self.replica(route, parse(query), as_json)
+        return plan
+
+    def _follow(self, view: View, plan: Any, route: str, args: Mapping[str, str],
+                as_json: bool) -> Response | Deferred[Response]:
+        if plan.__class__ is tuple:
+            answers, rr_key = plan
+            return answers[self.rr.next(rr_key, len(answers))]
+        if plan is not _WAIT:
+            return plan
+        f = parse_filters(route, args, self._config)
+        wait = self._wait_ms(route, args, f)
+        behind = [h.index for h in view.hosts
+                  if h.alive and not h.master and (h.lsn is None or h.lsn < f.min_lsn)]
+        d = self._fresh.wait(lambda v: bool(self._group(v, route, f)), wait / 1000, behind)
+        return d.addCallback(lambda _: self._answer_now(route, f, as_json))
+
+    def _plan(self, view: View, route: str, args: Mapping[str, str], as_json: bool) -> Any:
+        """
+        What a replica request gets from ``view``: a fixed :class:`Response`,
+        ``(answers, round_robin_key)`` to rotate through, or ``_WAIT``.
+        """
         try:
             f = parse_filters(route, args, self._config)
             wait = self._wait_ms(route, args, f)
         except BadParameter as e:
             return error(400, str(e))
         group = self._group(view, route, f)
+        if len(group) == 1:
+            return self._host_answer(view, group[0], as_json)
         if group:
-            return self._host_answer(view, self.rr.pick(group), as_json)
-        if wait and self._fresh is not None:
-            behind = [h.index for h in view.hosts
-                      if h.alive and not h.master and (h.lsn is None or h.lsn < f.min_lsn)]
-            if behind:
-                d = self._fresh.wait(lambda v: bool(self._group(v, route, f)), wait / 1000,
-                                     behind)
-                return d.addCallback(lambda _: self._answer_now(route, f, as_json))
+            answers = tuple(self._host_answer(view, h, as_json) for h in group)
+            return answers, tuple(h.index for h in group)
+        if wait and self._fresh is not None and any(
+                h.alive and not h.master and (h.lsn is None or h.lsn < f.min_lsn)
+                for h in view.hosts):
+            return _WAIT
         return self._host_answer(view, view.master, as_json)
 
     def _answer_now(self, route: str, f: Filters, as_json: bool) -> Response:

@@ -154,11 +154,17 @@ class RoundRobin:
         """
         if len(group) == 1:
             return group[0]
-        key = tuple(h.index for h in group)
+        return group[self.next(tuple(h.index for h in group), len(group))]
+
+    def next(self, key: tuple[int, ...], size: int) -> int:
+        """
+        The next position, ``0 <= n < size``, in the rotation of the group
+        whose host indices are ``key``.
+        """
         n = self._next.get(key)
         if n is None:
             if len(self._next) >= self._limit:
                 self._next.clear()
             n = 0
-        self._next[key] = (n + 1) % len(group)
-        return group[n]
+        self._next[key] = (n + 1) % size
+        return n
