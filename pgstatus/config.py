@@ -27,6 +27,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -481,6 +482,12 @@ def load_config(environ: Mapping[str, str]) -> Config:
     pg_user = _parse_text(environ, "pg_user", "postgres")
     pg_database = _parse_text(environ, "pg_database", "postgres")
     pg_password = environ.get(PREFIX + "pg_password")
+    password_file = _stripped(environ, "pg_password_file")
+    if password_file is not None:
+        if pg_password is not None:
+            raise ConfigError(PREFIX + "pg_password_file",
+                              "set either it or pg_status__pg_password, not both")
+        pg_password = read_password_file(password_file)
     if pg_password is None:
         pg_password = "postgres"
     _check_no_nul(PREFIX + "pg_password", pg_password, secret=True)
@@ -536,6 +543,41 @@ def log_settings(environ: Mapping[str, str]) -> tuple[str, str]:
     except ConfigError:
         fmt = "text"
     return level, fmt
+
+
+def read_password_file(path: str) -> str:
+    """
+    The password in ``path`` (``pg_status__pg_password_file``), read once
+    at startup.  Like libpq with ``.pgpass``, the file must be a regular
+    file that neither its group nor others may access (``chmod 0600``).
+    One trailing line break is dropped.
+
+    :raise ConfigError: the file is missing, unreadable or too open; the
+        message never contains the file's content.
+    """
+    variable = PREFIX + "pg_password_file"
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ConfigError(variable, f"cannot read {path!r}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(variable, f"{path!r} is not a regular file")
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(
+            variable,
+            f"{path!r} has permissions {stat.S_IMODE(st.st_mode):04o}; group and others "
+            "must have no access (chmod 0600)")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(variable, f"cannot read {path!r}: {type(e).__name__}") from None
+    if text.endswith("\r\n"):
+        text = text[:-2]
+    elif text.endswith("\n"):
+        text = text[:-1]
+    _check_no_nul(variable, text, secret=True)
+    return text
 
 
 def process_environ() -> Mapping[str, str]:

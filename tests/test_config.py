@@ -1011,3 +1011,33 @@ def test_arbitrary_environment_never_raises_other_exceptions(values):
             assert config.current_dc and all(h.dc for h in config.hosts)
         if config.use_geo:
             assert config.current_geo and all(h.geo for h in config.hosts)
+
+
+def test_password_file(tmp_path):
+    """
+    pg_status__pg_password_file is read once, one trailing newline dropped;
+    it must be 0600-like; it excludes pg_status__pg_password; errors never
+    show its content.
+    """
+    import os
+
+    f = tmp_path / "pw"
+    f.write_text("s3cret-from-file\n")
+    os.chmod(f, 0o600)
+    cfg = load_config({P + "hosts": "a", P + "pg_password_file": str(f)})
+    assert cfg.pg_password == "s3cret-from-file"
+    assert "s3cret" not in repr(cfg) and "s3cret" not in str(cfg.public_items())
+    os.chmod(f, 0o644)
+    with pytest.raises(ConfigError) as e:
+        load_config({P + "hosts": "a", P + "pg_password_file": str(f)})
+    assert e.value.variable == P + "pg_password_file" and "0644" in str(e.value)
+    assert "s3cret" not in str(e.value)
+    os.chmod(f, 0o600)
+    with pytest.raises(ConfigError) as e:
+        load_config({P + "hosts": "a", P + "pg_password_file": str(f), P + "pg_password": "x"})
+    assert e.value.variable == P + "pg_password_file"
+    with pytest.raises(ConfigError) as e:
+        load_config({P + "hosts": "a", P + "pg_password_file": str(tmp_path / "missing")})
+    assert e.value.variable == P + "pg_password_file"
+    with pytest.raises(ConfigError):
+        load_config({P + "hosts": "a", P + "pg_password_file": str(tmp_path)})
