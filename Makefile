@@ -10,6 +10,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: venv run test test-fast lint bench clean
 
 $(STAMP): setup.py pyproject.toml
+	bash .ci/system-deps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet '.[test]'
