@@ -131,21 +131,33 @@ _QUIET_FACTORY = _QuietFactory()
 
 class _Connection(txpostgres.Connection):
     """
-    A txpostgres connection that survives the server closing it between
-    checks: txpostgres raises such an error from ``doRead`` with nobody to
-    report it to; here it just marks the connection closed, and the next
-    check reconnects.
+    A txpostgres connection that survives the server closing it: txpostgres
+    raises such an error from ``doRead`` with nobody to report it to, or,
+    when the socket is already gone, re-registers the dead descriptor (-1)
+    with the reactor.  Here the connection is just marked closed; a pending
+    operation has already been failed, and the next check reconnects.  We
+    use no LISTEN/NOTIFY, so there are no notifications to dispatch.
     """
 
     def doRead(self) -> None:
+        conn = self._connection
         try:
-            super().doRead()
+            txpostgres._PollingMixin.doRead(self)
         except psycopg2.Error as e:
-            log.debug("idle connection lost error={error}", error=" ".join(str(e).split()))
-            self.reactor.removeReader(self)
-            self.reactor.removeWriter(self)
-            if not self._connection.closed:
-                self._connection.close()
+            log.debug("connection lost error={error}", error=" ".join(str(e).split()))
+            self._drop()
+            return
+        if conn is None or conn.closed or self.fileno() < 0:
+            self._drop()
+            return
+        self.reactor.addReader(self)
+
+    def _drop(self) -> None:
+        self.reactor.removeReader(self)
+        self.reactor.removeWriter(self)
+        conn = self._connection
+        if conn is not None and not conn.closed:
+            conn.close()
 
 
 @implementer(IResolutionReceiver)
@@ -295,15 +307,21 @@ class PostgresProbe:
             ))
         except Exception as e:
             self._close_conn()
-            why = "connection setup took longer than its turn" if not limit.active() else (
-                _describe(e, self._config))
-            raise CheckFailed("setup", why, late=True) from None
+            if not limit.active():
+                raise CheckFailed("setup", "connection setup took longer than its turn") from None
+            why = _describe(e, self._config)
+            # Only a setup that got as far as the server's TLS or
+            # authentication exchange (which then failed, e.g. at a pooler
+            # whose PostgreSQL is down) counts as a late failure; a server
+            # that never answers or just closes does not.
+            raise CheckFailed("setup", why, late=not self._aborted and _reached_auth(why)
+                              ) from None
         finally:
             if limit.active():
                 limit.cancel()
             turn.release(reached_auth=True)
         if self._aborted:
-            raise CheckFailed("setup", "aborted", late=True)
+            raise CheckFailed("setup", "aborted")
         self._opened_at = self._reactor.seconds()
         self._level = 0
         log.debug("connected host={host} address={address} pid={pid}",
@@ -364,6 +382,17 @@ class PostgresProbe:
             except (ValueError, TypeError) as e:
                 self._close_conn()
                 raise CheckFailed("result", str(e)) from None
+
+
+_AUTH_SIGNS = ("FATAL:", "SSL", "authentication", "password", "certificate", "GSS")
+
+
+def _reached_auth(message: str) -> bool:
+    """
+    Whether a failed setup's message shows that the server got to TLS or
+    authentication (it sent an error, or TLS was negotiated).
+    """
+    return any(sign in message for sign in _AUTH_SIGNS)
 
 
 def _errno(e: BaseException) -> int | None:
