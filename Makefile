@@ -7,7 +7,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv run test test-fast lint bench clean
+.PHONY: venv run test test-fast lint bench soak clean
 
 $(STAMP): setup.py pyproject.toml
 	bash .ci/system-deps
@@ -36,6 +36,15 @@ lint: $(STAMP)
 ## Load benchmark (not part of `make test`); needs wrk and taskset.
 bench: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) tests/bench/run_bench.py
+
+## Soak (not part of `make test`): 10 minutes of checked mixed HTTP load while a
+## replica flaps and the master fails over; RSS, fds and PostgreSQL sessions.
+soak: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) tests/bench/soak.py
+
+## Fresh read-your-writes: replica share with and without wait_ms.
+bench-fresh: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) tests/bench/fresh_ryow.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info bench-results .pytest_cache .hypothesis
