@@ -7,7 +7,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv run test test-fast lint bench soak clean
+.PHONY: venv run test test-fast lint bench bench-fresh soak clean
 
 $(STAMP): setup.py pyproject.toml
 	bash .ci/system-deps
