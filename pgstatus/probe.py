@@ -275,15 +275,28 @@ class PostgresProbe:
 
     async def _connect(self, deadline: Deadline) -> None:
         host = self._host
-        address = await self._resolve()
+        addresses = await self._resolve()
         deadline.start()
-        endpoint_type = TCP6ClientEndpoint if ":" in address else TCP4ClientEndpoint
-        endpoint = endpoint_type(self._reactor, address, host.port, timeout=3600)
-        try:
-            proto = await self._wait(endpoint.connect(_QUIET_FACTORY))
-        except Exception as e:
-            raise CheckFailed("connect", _describe(e, self._config), errno=_errno(e)) from None
-        proto.transport.abortConnection()
+        # The first address (in resolver order) that accepts TCP is the one
+        # libpq gets; the others are tried only if it refuses.
+        failure: CheckFailed | None = None
+        for address in addresses:
+            endpoint_type = TCP6ClientEndpoint if ":" in address else TCP4ClientEndpoint
+            endpoint = endpoint_type(self._reactor, address, host.port, timeout=3600)
+            try:
+                proto = await self._wait(endpoint.connect(_QUIET_FACTORY))
+            except Exception as e:
+                if self._aborted:
+                    raise CheckFailed("connect", "aborted") from None
+                failure = CheckFailed("connect", f"{address}: {_describe(e, self._config)}"
+                                      if len(addresses) > 1 else _describe(e, self._config),
+                                      errno=_errno(e))
+                continue
+            proto.transport.abortConnection()
+            break
+        else:
+            assert failure is not None
+            raise failure
         if self._aborted:
             raise CheckFailed("connect", "aborted")
         deadline.pause()
@@ -331,11 +344,11 @@ class PostgresProbe:
         log.debug("connection setup exceeded its turn host={host}", host=self._host.name)
         self._close_conn()
 
-    async def _resolve(self) -> str:
+    async def _resolve(self) -> list[str]:
         name = self._host.name
         try:
-            ipaddress.ip_address(name)
-            return name
+            ipaddress.ip_address(name.split("%", 1)[0])
+            return [name]
         except ValueError:
             pass
         receiver = _Addresses()
@@ -346,10 +359,13 @@ class PostgresProbe:
         addresses = await self._wait(receiver.done)
         if not addresses:
             raise CheckFailed("resolve", f"host name {name!r} did not resolve")
+        found: list[str] = []
         for a in addresses:
-            if a.type == "TCP" and getattr(a, "host", None):
-                return a.host
-        raise CheckFailed("resolve", f"host name {name!r} has no TCP address")
+            if a.type == "TCP" and getattr(a, "host", None) and a.host not in found:
+                found.append(a.host)
+        if not found:
+            raise CheckFailed("resolve", f"host name {name!r} has no TCP address")
+        return found
 
     async def _query(self, started: float) -> Observation:
         clock = self._reactor

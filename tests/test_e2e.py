@@ -385,3 +385,24 @@ def test_not_ready_answers_503_before_validation(pg_topology, service, reactor, 
     yield wait_until(reactor, ready(svc), 10, "readiness after the first check times out")
     r = yield svc.get("/ready")
     assert r.code == 200
+
+
+@pytest_twisted.inlineCallbacks
+def test_host_name_resolved_off_the_reactor(pg_topology, service, reactor):
+    """
+    A host given by name ("localhost") is resolved through the reactor's
+    resolver and reached at its address; an unresolvable name fails its
+    checks without holding up the others.
+    """
+    topo = pg_topology
+    env = topo.hosts_env()
+    env["pg_status__hosts"] = "localhost," + env["pg_status__hosts"].split(",", 1)[1] + \
+        ",no-such-host.invalid"
+    env["pg_status__pg_port"] += "," + str(topo.primary.port)
+    svc = service({**env, **FAST})
+    yield wait_until(reactor, ready(svc), 10, "readiness")
+    yield wait_until(reactor, lambda: svc.host("localhost").healthy, 5, "localhost healthy")
+    assert svc.view.master.name == "localhost"
+    assert not svc.host("no-such-host.invalid").alive
+    r = yield svc.get("/master")
+    assert r.text == "localhost"
