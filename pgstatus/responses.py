@@ -10,6 +10,7 @@ module, so they cannot disagree.  Work that depends only on the view
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -143,6 +144,42 @@ def parse_timeline(value: str) -> int:
 MAX_PLANS = 1024
 #: plan marker: wait for a replica to catch up
 _WAIT = object()
+
+#: the longest session key accepted
+MAX_KEY = 256
+
+
+def parse_key(route: str, args: Mapping[str, str]) -> str | None:
+    """
+    ``key``: a session key (1 to 256 characters) on ``/replica`` and
+    ``/sync_by_*``; ignored on ``/most_sync_by_bytes``.
+
+    :raise BadParameter: empty or too long.
+    """
+    key = args.get("key")
+    if key is None or route == "most_sync_by_bytes":
+        return None
+    if not key or len(key) > MAX_KEY:
+        raise BadParameter("Invalid key")
+    return key
+
+
+def rendezvous(group: tuple[HostStatus, ...], key: str) -> HostStatus:
+    """
+    The member of ``group`` with the highest hash of ``(key, host name)``
+    (rendezvous hashing): a session keeps its replica while that replica
+    stays eligible, and when the group changes only the sessions of the
+    replicas that left or joined move.
+    """
+    best, best_score = group[0], b""
+    k = key.encode("utf-8", "surrogatepass")
+    for h in group:
+        score = hashlib.blake2b(k + b"\0" + h.name.encode("utf-8", "surrogatepass"),
+                                digest_size=8).digest()
+        if score > best_score:
+            best, best_score = h, score
+    return best
+
 
 #: the longest wait_ms accepted
 MAX_WAIT_MS = 60000
@@ -334,7 +371,8 @@ class Renderer:
         behind = [h.index for h in view.hosts
                   if h.alive and not h.master and (h.lsn is None or h.lsn < f.min_lsn)]
         d = self._fresh.wait(lambda v: bool(self._group(v, route, f)), wait / 1000, behind)
-        return d.addCallback(lambda _: self._answer_now(route, f, as_json))
+        key = parse_key(route, args)
+        return d.addCallback(lambda _: self._answer_now(route, f, as_json, key))
 
     def _plan(self, view: View, route: str, args: Mapping[str, str], as_json: bool) -> Any:
         """
@@ -344,11 +382,14 @@ class Renderer:
         try:
             f = parse_filters(route, args, self._config)
             wait = self._wait_ms(route, args, f)
+            key = parse_key(route, args)
         except BadParameter as e:
             return error(400, str(e))
         group = self._group(view, route, f)
         if len(group) == 1:
             return self._host_answer(view, group[0], as_json)
+        if group and key is not None:
+            return self._host_answer(view, rendezvous(group, key), as_json)
         if group:
             answers = tuple(self._host_answer(view, h, as_json) for h in group)
             return answers, tuple(h.index for h in group)
@@ -358,11 +399,13 @@ class Renderer:
             return _WAIT
         return self._host_answer(view, view.master, as_json)
 
-    def _answer_now(self, route: str, f: Filters, as_json: bool) -> Response:
+    def _answer_now(self, route: str, f: Filters, as_json: bool,
+                    key: str | None = None) -> Response:
         view = self._current()
         group = self._group(view, route, f)
         if group:
-            return self._host_answer(view, self.rr.pick(group), as_json)
+            chosen = rendezvous(group, key) if key is not None else self.rr.pick(group)
+            return self._host_answer(view, chosen, as_json)
         return self._host_answer(view, view.master, as_json)
 
     def _wait_ms(self, route: str, args: Mapping[str, str], f: Filters) -> int:

@@ -54,7 +54,8 @@ PATHS = [
     "/status?host=nope", "/status?host=", "/version", "/live", "/ready", "/nope", "/",
     "/master/", "/mas%74er", "/hosts?x=1", "/replica?lag_ms=%ff%fe", "/status?host=%ff",
     "/replica?&&==&", "/replica?lag_ms", "/status?host=pg-2&host=pg-1", "/replica?lag_ms=9" * 1,
-    "/sync_by_time?lag_ms=" + "9" * 30, "/status?host=pg%2D2",
+    "/sync_by_time?lag_ms=" + "9" * 30, "/status?host=pg%2D2", "/replica?key=abc",
+    "/replica?key=", "/sync_by_time?key=s1&lag_ms=100000", "/most_sync_by_bytes?key=z",
 ]
 
 
