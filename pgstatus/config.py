@@ -137,6 +137,8 @@ class Config:
     http_max_connections: int = 10000
     http_idle_timeout_ms: int = 60000
     http_header_timeout_ms: int = 10000
+    #: an addition of ours: the HAProxy agent-check port (0: no agent)
+    agent_port: int = 0
     warnings: tuple[str, ...] = ()
 
     def public_items(self) -> list[tuple[str, str]]:
@@ -180,6 +182,7 @@ class Config:
             ("http_max_connections", str(self.http_max_connections)),
             ("http_idle_timeout_ms", str(self.http_idle_timeout_ms)),
             ("http_header_timeout_ms", str(self.http_header_timeout_ms)),
+            ("agent_port", str(self.agent_port)),
         ]
         return items
 
@@ -271,6 +274,7 @@ _INT_SETTINGS: dict[str, tuple[int, int, str]] = {
     "http_max_connections": (1, 1000000, "an integer from 1 to 1000000"),
     "http_idle_timeout_ms": (1, _INT_MAX, "an integer greater than 0"),
     "http_header_timeout_ms": (1, _INT_MAX, "an integer greater than 0"),
+    "agent_port": (0, 65535, "an integer from 0 to 65535 (0: off)"),
 }
 
 

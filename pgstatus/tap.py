@@ -16,6 +16,7 @@ from twisted.python import usage
 from twisted.web.server import Site
 
 from pgstatus import __version__
+from pgstatus.agent import AgentService
 from pgstatus.api import StatusAPI
 from pgstatus.config import Config, ConfigError, load_config, process_environ
 from pgstatus.fastpath import FastSite
@@ -112,10 +113,12 @@ class HttpService(Service):
 
 class PgStatusService(MultiService):
     """
-    The whole service: monitor plus HTTP listener.
+    The whole service: monitor plus HTTP listener (and the HAProxy agent
+    listener when configured).
 
     :ivar monitor: the :class:`MonitorService`.
     :ivar http: the :class:`HttpService`.
+    :ivar agent: the :class:`~pgstatus.agent.AgentService`, or ``None``.
     :ivar api: the :class:`StatusAPI`.
     """
 
@@ -139,6 +142,12 @@ class PgStatusService(MultiService):
         )
         self.http = HttpService(reactor, config.http_listen_address, config.http_port, self.site)
         self.http.setServiceParent(self)
+        #: the HAProxy agent-check listener, only with pg_status__agent_port
+        self.agent: AgentService | None = None
+        if config.agent_port:
+            self.agent = AgentService(reactor, config.http_listen_address, config.agent_port,
+                                      lambda: self.monitor.registry.view)
+            self.agent.setServiceParent(self)
 
     def setServiceParent(self, parent: Any) -> None:
         """

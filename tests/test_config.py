@@ -908,6 +908,7 @@ def test_public_items_full():
         ("http_max_connections", "10000"),
         ("http_idle_timeout_ms", "60000"),
         ("http_header_timeout_ms", "10000"),
+        ("agent_port", "0"),
     ]
 
 

@@ -1,0 +1,437 @@
+"""
+The HAProxy agent check: a TCP port speaking HAProxy's agent protocol, so
+that one pg-status instance steers every server of HAProxy's write and read
+backends (``pg_status__agent_port``, off by default).
+
+HAProxy opens one connection per check, sends its ``agent-send`` string and
+reads one line back.  The request names a configured host and the role the
+backend wants from it::
+
+    <host> master
+    <host> replica [<lag_ms> [<lag_bytes>]]
+
+``<host>`` is an entry of ``pg_status__hosts`` as written there (as for
+``/status?host=``); the role is ``master`` or ``replica`` in any case; a
+limit is a non-negative integer, or ``-`` for none; an omitted limit is no
+limit (as for ``/replica``).
+
+The answer is one line made of HAProxy agent words, with a description after
+``#`` that HAProxy shows as ``last_agt`` in ``show stat`` and in its logs:
+
+==========  ==================  ==========================================
+decision    line                when
+==========  ==================  ==========================================
+up          ``up``              ``master``: the host is the selected master;
+                                ``replica``: an alive replica (possibly
+                                dead included) within every given limit.
+                                ``ready`` is added when the request has a
+                                limit, to undo an earlier ``drain``.
+drain       ``up drain``        ``replica``: an alive replica beyond a
+                                limit; an unknown lag meets no limit.
+down        ``down``            the host is dead, has the other role, is a
+                                master that is not the selected one (split
+                                brain), is not configured, the request is
+                                malformed or too long, or none came.
+no change   (words omitted)     pg-status is not ready yet (or the host was
+                                never checked): HAProxy keeps its state.
+==========  ==================  ==========================================
+
+``maint`` is never answered: it is the operator's.  Since ``ready`` also
+clears a ``drain`` or ``maint`` set by an operator, HAProxy's agent check of
+such a server should be stopped first (``disable agent <backend>/<server>``).
+
+A request ends at a line feed, when HAProxy shuts down its side of the
+connection, or after :data:`REQUEST_TIMEOUT` seconds; what came by then is
+the request, so nothing at all (no ``agent-send``) is answered ``down``.  A
+line longer than :data:`MAX_LINE` bytes is answered ``down`` at once.  After
+the answer the connection is closed; anything else the client sends is
+ignored.  Everything runs on the reactor from the current
+:class:`~pgstatus.state.View`; nothing blocks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.interfaces import IHalfCloseableProtocol
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from pgstatus.state import HostStatus, View
+
+__all__ = [
+    "MAX_CONNECTIONS",
+    "MAX_LINE",
+    "REQUEST_TIMEOUT",
+    "AgentFactory",
+    "AgentProtocol",
+    "AgentService",
+    "Answer",
+    "BadRequest",
+    "Request",
+    "answer_line",
+    "decide",
+    "parse_request",
+]
+
+log = Logger(namespace="pgstatus.agent")
+
+#: longest request line, in bytes without the line end
+MAX_LINE = 512
+#: seconds to wait for the request line (and, after the answer, for the
+#: client to take it) before the connection is cut
+REQUEST_TIMEOUT = 1.0
+#: open agent connections beyond which new ones are closed unanswered
+MAX_CONNECTIONS = 1000
+
+UP = "up"
+DRAIN = "drain"
+DOWN = "down"
+NO_CHANGE = "no change"
+
+_INT_MAX = 2**63 - 1
+_LIMIT_RE = re.compile(r"[0-9]{1,19}")
+_USAGE = "expected '<host> master' or '<host> replica [<lag_ms> [<lag_bytes>]]'"
+
+
+class BadRequest(ValueError):
+    """
+    A request line that is not ``<host> <role>[ <lag_ms>[ <lag_bytes>]]``.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """
+    One agent request.
+
+    :ivar host: the host as named in ``pg_status__hosts``.
+    :ivar role: ``"master"`` or ``"replica"``.
+    :ivar lag_ms: the replica's ``lag_ms`` limit, ``None`` for none.
+    :ivar lag_bytes: the replica's ``lag_bytes`` limit, ``None`` for none.
+    """
+
+    host: str
+    role: str
+    lag_ms: int | None = None
+    lag_bytes: int | None = None
+
+    @property
+    def limited(self) -> bool:
+        """
+        A lag limit is given, so the answer may be ``drain``.
+        """
+        return self.lag_ms is not None or self.lag_bytes is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """
+    The decision for one request and why.
+
+    :ivar state: :data:`UP`, :data:`DRAIN`, :data:`DOWN` or :data:`NO_CHANGE`.
+    :ivar reason: a short description (no line breaks, no ``#``).
+    :ivar ready: add HAProxy's ``ready`` to an ``up`` answer.
+    """
+
+    state: str
+    reason: str
+    ready: bool = False
+
+    def line(self) -> bytes:
+        """
+        The answer in HAProxy's agent protocol, ``\\n``-terminated.
+        """
+        if self.state == UP:
+            words = "up ready" if self.ready else "up"
+        elif self.state == DRAIN:
+            words = "up drain"
+        elif self.state == DOWN:
+            words = "down"
+        else:
+            words = ""
+        text = f"{words} #{self.reason}" if words else f"#{self.reason}"
+        return text.encode("ascii", "replace") + b"\n"
+
+
+def _limit(field: str, name: str) -> int | None:
+    if field == "-":
+        return None
+    if not _LIMIT_RE.fullmatch(field) or int(field) > _INT_MAX:
+        raise BadRequest(f"invalid {name}")
+    return int(field)
+
+
+def parse_request(line: bytes) -> Request:
+    """
+    Parse one request line (without its line end; a trailing ``\\r`` and
+    surrounding blanks are ignored).
+
+    :raises BadRequest: naming what is wrong, without echoing the input.
+    """
+    if len(line) > MAX_LINE:
+        raise BadRequest("request too long")
+    try:
+        text = line.decode("ascii")
+    except UnicodeDecodeError:
+        raise BadRequest("request is not ASCII") from None
+    fields = text.split()
+    if not fields:
+        raise BadRequest("empty request; " + _USAGE)
+    if len(fields) < 2:
+        raise BadRequest("no role; " + _USAGE)
+    host, role = fields[0], fields[1].lower()
+    if role == "master":
+        if len(fields) != 2:
+            raise BadRequest("a master request takes no limits")
+        return Request(host, "master")
+    if role == "replica":
+        if len(fields) > 4:
+            raise BadRequest("too many fields; " + _USAGE)
+        lag_ms = _limit(fields[2], "lag_ms") if len(fields) > 2 else None
+        lag_bytes = _limit(fields[3], "lag_bytes") if len(fields) > 3 else None
+        return Request(host, "replica", lag_ms, lag_bytes)
+    raise BadRequest("unknown role; " + _USAGE)
+
+
+def _hosts_by_name(view: View) -> dict[str, HostStatus]:
+    table = view.cache.get(_CACHE_KEY)
+    if table is None:
+        table = {}
+        for h in view.hosts:
+            table.setdefault(h.name, h)
+        view.cache[_CACHE_KEY] = table
+    return table
+
+
+_CACHE_KEY = ("agent", "hosts")
+
+
+def _n(v: int | None) -> str:
+    return "null" if v is None else str(v)
+
+
+def decide(view: View, request: Request) -> Answer:
+    """
+    What to answer ``request`` from ``view``: pure, see the module
+    docstring for the rules.
+    """
+    if not view.ready:
+        return Answer(NO_CHANGE, "pg-status is not ready")
+    h = _hosts_by_name(view).get(request.host)
+    if h is None:
+        return Answer(DOWN, "unknown host")
+    if not h.checked:
+        return Answer(NO_CHANGE, "host not checked yet")
+    if not h.alive:
+        return Answer(DOWN, "dead")
+    weak = "possibly dead " if h.possible_dead else ""
+    if request.role == "master":
+        m = view.master
+        if m is not None and m.index == h.index:
+            return Answer(UP, weak + "master")
+        if h.master:
+            return Answer(DOWN, weak + "master but not the selected one")
+        return Answer(DOWN, weak + "replica")
+    if h.master:
+        return Answer(DOWN, weak + "master")
+    over = []
+    if request.lag_ms is not None and (h.lag_ms is None or h.lag_ms > request.lag_ms):
+        over.append(f"lag_ms={_n(h.lag_ms)} over {request.lag_ms}")
+    if request.lag_bytes is not None and (h.lag_bytes is None or h.lag_bytes > request.lag_bytes):
+        over.append(f"lag_bytes={_n(h.lag_bytes)} over {request.lag_bytes}")
+    if over:
+        return Answer(DRAIN, weak + "replica " + " and ".join(over))
+    return Answer(UP, f"{weak}replica lag_ms={_n(h.lag_ms)} lag_bytes={_n(h.lag_bytes)}",
+                  ready=request.limited)
+
+
+def answer_line(view: View, line: bytes | None) -> tuple[Answer, Request | None]:
+    """
+    The answer to one request line (``None``: nothing was sent).
+
+    :return: the answer and the parsed request, if it parsed.
+    """
+    if line is None:
+        return Answer(DOWN, "no request; set agent-send"), None
+    try:
+        request = parse_request(line)
+    except BadRequest as e:
+        return Answer(DOWN, f"bad request: {e}"), None
+    return decide(view, request), request
+
+
+@implementer(IHalfCloseableProtocol)
+class AgentProtocol(Protocol):
+    """
+    One agent connection: read a request line, answer it, close.
+    """
+
+    factory: AgentFactory
+    _buf = b""
+    _answered = False
+    _timer: Any = None
+
+    def connectionMade(self) -> None:
+        self.factory.connections += 1
+        self.factory.open.add(self)
+        self._timer = self.factory.reactor.callLater(REQUEST_TIMEOUT, self._timed_out)
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._answered:
+            return
+        buf = self._buf + data if self._buf else data
+        end = buf.find(b"\n", 0, MAX_LINE + 2)
+        if end >= 0:
+            line = buf[:end]
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            self._answer(line)
+        elif len(buf) > MAX_LINE + 1:
+            self._answer(buf)  # refused as too long
+        else:
+            self._buf = buf
+
+    def readConnectionLost(self) -> None:
+        """
+        The client shut down its side: what it sent is the request.
+        """
+        if not self._answered:
+            self._answer(self._buf or None)
+
+    def writeConnectionLost(self) -> None:
+        """
+        Nothing more can be written; the answer went out or never will.
+        """
+        self.transport.loseConnection()
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        if self._answered:
+            self.transport.abortConnection()
+        else:
+            self._answer(self._buf or None)
+
+    def _answer(self, line: bytes | None) -> None:
+        self._answered = True
+        self._buf = b""
+        answer, request = answer_line(self.factory.current(), line)
+        if request is None:
+            log.debug("agent request refused reason={reason}", reason=answer.reason)
+        self.transport.write(answer.line())
+        self.transport.loseConnection()
+        if self._timer is not None and self._timer.active():
+            self._timer.reset(REQUEST_TIMEOUT)
+        else:
+            self._timer = self.factory.reactor.callLater(REQUEST_TIMEOUT, self._timed_out)
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self.factory.connections -= 1
+        self.factory.open.discard(self)
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+
+
+class AgentFactory(Factory):
+    """
+    Builds :class:`AgentProtocol`; closes connections beyond
+    :data:`MAX_CONNECTIONS` at once.
+
+    :param current: returns the monitor's current :class:`View`.
+    :param reactor: for timeouts.
+    """
+
+    protocol = AgentProtocol
+    noisy = False
+
+    def __init__(self, current: Callable[[], View], reactor: Any,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
+        self.current = current
+        self.reactor = reactor
+        self.max_connections = max_connections
+        self.connections = 0
+        self.refused = 0
+        #: the open connections, cut when the service stops
+        self.open: set[AgentProtocol] = set()
+
+    def buildProtocol(self, addr: Any) -> Protocol | None:
+        if self.connections >= self.max_connections:
+            self.refused += 1
+            return None
+        return super().buildProtocol(addr)
+
+
+class AgentService(Service):
+    """
+    Listens for HAProxy agent checks on ``address`` (as the HTTP listener:
+    ``*`` is ``::``, else ``0.0.0.0``).
+
+    :param port: the TCP port; 0 picks a free one (for tests; the setting's
+        0 means no agent at all and this service is not created).
+    :ivar port: the listening port once started.
+    """
+
+    name = "agent"
+
+    def __init__(self, reactor: Any, address: str, port: int,
+                 current: Callable[[], View]) -> None:
+        self._reactor = reactor
+        self._address = address
+        self._port_number = port
+        self.factory = AgentFactory(current, reactor)
+        self.port: Any = None
+        self.started: Deferred[Any] = Deferred()
+
+    def privilegedStartService(self) -> None:
+        """
+        Bind before privileges are dropped.
+        """
+        super().privilegedStartService()
+        self._listen()
+
+    def startService(self) -> None:
+        """
+        Bind (if not yet bound).
+        """
+        super().startService()
+        if self.port is None:
+            self._listen()
+
+    def _listen(self) -> None:
+        address = self._address
+        candidates = ["::", "0.0.0.0"] if address == "*" else [address.strip("[]")]
+        last: BaseException | None = None
+        for host in candidates:
+            try:
+                self.port = self._reactor.listenTCP(self._port_number, self.factory,
+                                                    interface=host)
+            except Exception as e:  # CannotListenError
+                last = e
+                continue
+            log.info("agent started address={address} port={port}",
+                     address=host, port=self.port.getHost().port)
+            self.started.callback(self.port)
+            return
+        log.critical("agent cannot listen address={address} port={port} error={error}",
+                     address=address, port=self._port_number, error=str(last))
+        raise SystemExit(1)
+
+    def stopService(self) -> Deferred[None] | None:
+        """
+        Stop listening and cut the open agent connections.
+        """
+        super().stopService()
+        port, self.port = self.port, None
+        for p in list(self.factory.open):
+            p.transport.abortConnection()
+        if port is None:
+            return None
+        log.info("agent stopped")
+        return maybeDeferred(port.stopListening)
