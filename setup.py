@@ -40,6 +40,8 @@ setup(
             "pytest-twisted>=1.14,<2",
             "testcontainers>=4,<5",
             "hypothesis>=6.100,<7",
+            "openapi-spec-validator>=0.7,<1",
+            "jsonschema>=4.18,<5",
             "ruff>=0.5",
         ],
     },

@@ -18,6 +18,7 @@ from werkzeug.exceptions import MethodNotAllowed, NotFound
 
 from pgstatus.config import Config
 from pgstatus.freshness import FreshReads
+from pgstatus.openapi import RESPONSE as OPENAPI
 from pgstatus.responses import (
     EMPTY_404,
     EMPTY_405,
@@ -118,6 +119,10 @@ class StatusAPI:
     @app.route("/ready", methods=METHODS)
     def ready(self, request: IRequest) -> bytes:
         return send(request, self.renderer.ready())
+
+    @app.route("/openapi.json", methods=METHODS)
+    def openapi(self, request: IRequest) -> bytes:
+        return send(request, OPENAPI)
 
     @app.handle_errors(NotFound)
     def not_found(self, request: IRequest, failure: Any) -> bytes:
