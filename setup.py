@@ -42,6 +42,7 @@ setup(
             "hypothesis>=6.100,<7",
             "openapi-spec-validator>=0.7,<1",
             "jsonschema>=4.18,<5",
+            "prometheus-client>=0.17,<1",
             "ruff>=0.5",
         ],
     },

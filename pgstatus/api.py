@@ -52,10 +52,14 @@ def _accepts_json(request: IRequest) -> bool:
     return wants_json(accept.decode("latin-1") if accept is not None else None)
 
 
-def send(request: IRequest, r: Response) -> bytes:
+def send(request: IRequest, r: Response, count: Callable[[int], None] | None = None) -> bytes:
     """
     Apply ``r`` to ``request`` and return the body for Klein to write.
+
+    :param count: called with the status, for the request metrics.
     """
+    if count is not None:
+        count(r.status)
     request.setResponseCode(r.status)
     request.defaultContentType = None
     if r.content_type is not None:
@@ -82,6 +86,12 @@ class StatusAPI:
     def __init__(self, current: Callable[[], View], config: Config, version: str,
                  fresh: FreshReads | None = None) -> None:
         self.renderer = Renderer(current, config, version, fresh)
+        #: renders ``/metrics`` (set by the service wiring)
+        self.metrics_source: Callable[[], Response] | None = None
+
+    def _counter(self, route: str) -> Callable[[int], None]:
+        count = self.renderer.count
+        return lambda status: count(route, status)
 
     def resource(self) -> Any:
         """
@@ -91,49 +101,56 @@ class StatusAPI:
 
     @app.route("/master", methods=METHODS)
     def master(self, request: IRequest) -> bytes:
-        return send(request, self.renderer.master(_accepts_json(request)))
+        return send(request, self.renderer.master(_accepts_json(request)), self._counter("master"))
 
     @app.route(f"/<any({', '.join(sorted(REPLICA_ROUTES))}):route>", methods=METHODS)
     def replica(self, request: IRequest, route: str) -> bytes | Deferred[bytes]:
         r = self.renderer.replica(route, first_args(request), _accepts_json(request))
+        count = self._counter(route)
         if isinstance(r, Deferred):
-            return r.addCallback(lambda answer: send(request, answer))
-        return send(request, r)
+            return r.addCallback(lambda answer: send(request, answer, count))
+        return send(request, r, count)
 
     @app.route("/hosts", methods=METHODS)
     def hosts(self, request: IRequest) -> bytes:
-        return send(request, self.renderer.hosts())
+        return send(request, self.renderer.hosts(), self._counter("hosts"))
 
     @app.route("/status", methods=METHODS)
     def status(self, request: IRequest) -> bytes:
-        return send(request, self.renderer.status(first_args(request).get("host")))
+        return send(request, self.renderer.status(first_args(request).get("host")),
+                    self._counter("status"))
 
     @app.route("/version", methods=METHODS)
     def version(self, request: IRequest) -> bytes:
-        return send(request, self.renderer.version)
+        return send(request, self.renderer.version, self._counter("version"))
 
     @app.route("/live", methods=METHODS)
     def live(self, request: IRequest) -> bytes:
-        return send(request, self.renderer.live())
+        return send(request, self.renderer.live(), self._counter("live"))
 
     @app.route("/ready", methods=METHODS)
     def ready(self, request: IRequest) -> bytes:
-        return send(request, self.renderer.ready())
+        return send(request, self.renderer.ready(), self._counter("ready"))
 
     @app.route("/openapi.json", methods=METHODS)
     def openapi(self, request: IRequest) -> bytes:
-        return send(request, OPENAPI)
+        return send(request, OPENAPI, self._counter("openapi.json"))
+
+    @app.route("/metrics", methods=METHODS)
+    def metrics(self, request: IRequest) -> bytes:
+        r = self.metrics_source() if self.metrics_source is not None else EMPTY_404
+        return send(request, r, self._counter("metrics"))
 
     @app.handle_errors(NotFound)
     def not_found(self, request: IRequest, failure: Any) -> bytes:
-        return send(request, EMPTY_404)
+        return send(request, EMPTY_404, self._counter("other"))
 
     @app.handle_errors(MethodNotAllowed)
     def not_allowed(self, request: IRequest, failure: Any) -> bytes:
-        return send(request, EMPTY_405)
+        return send(request, EMPTY_405, self._counter("other"))
 
     @app.handle_errors(Exception)
     def internal_error(self, request: IRequest, failure: Any) -> bytes:
         log.failure("request failed path={path}", failure, level=LogLevel.error,
                     path=request.path.decode("latin-1", "replace"))
-        return send(request, error(500, "internal error"))
+        return send(request, error(500, "internal error"), self._counter("other"))

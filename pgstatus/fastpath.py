@@ -147,6 +147,9 @@ def _args(query: bytes) -> dict[str, str]:
 
 
 _REPLICA_PATHS = {b"/" + r.encode(): r for r in REPLICA_ROUTES}
+#: the metrics label of every path the fast path answers
+_LABELS = {p: p[1:].decode() for p in (
+    b"/master", b"/hosts", b"/status", b"/live", b"/ready", b"/version", *_REPLICA_PATHS)}
 
 
 class _Busy(Protocol):
@@ -303,7 +306,13 @@ class FastChannel(HTTPChannel):
         if r is None:
             return None
         if isinstance(r, Deferred):
-            return r.addCallback(self._bytes, is_head, close)
+            return r.addCallback(self._counted, _LABELS[path], is_head, close)
+        site.renderer.count(_LABELS[path], r.status)
+        return self._bytes(r, is_head, close)
+
+    def _counted(self, r: Response, label: str, is_head: bool, close: bool
+                 ) -> tuple[bytes, bool]:
+        self.site.renderer.count(label, r.status)
         return self._bytes(r, is_head, close)
 
     def _bytes(self, r: Response, is_head: bool, close: bool) -> tuple[bytes, bool]:

@@ -23,6 +23,7 @@ from pgstatus import lag
 from pgstatus.config import Config
 from pgstatus.errorlog import PollErrorLimiter
 from pgstatus.lag import MasterPosition, Observation
+from pgstatus.metrics import Histogram
 from pgstatus.probe import CheckFailed, PostgresProbe
 from pgstatus.state import HostState, Registry, View, describe_changes
 from pgstatus.turns import ConnectTurns, Deadline
@@ -82,6 +83,8 @@ class HostMonitor:
         self._late_failures = 0
         self.checks = 0
         self.extra_checks = 0
+        #: durations of completed checks (for /metrics)
+        self.durations = Histogram()
         self.last_started: float | None = None
 
     @property
@@ -167,6 +170,7 @@ class HostMonitor:
     def _checked(self, result: Observation | Failure, started: float, deadline: Deadline) -> None:
         timed_out = deadline.fired
         deadline.stop()
+        self.durations.observe(self._clock.seconds() - started)
         if isinstance(result, Failure):
             self._record_failure(result, timed_out, started)
             self._finish(started)

@@ -454,6 +454,20 @@ _ENDPOINTS: dict[str, tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = {
             "500": _ref("responses", "InternalError"),
         },
     ),
+    "/metrics": (
+        "service", "Prometheus metrics",
+        "Host states, lags, timelines, check durations, connection opens, request "
+        "counts by route and status, and replica-to-master fallbacks by reason, in the "
+        "Prometheus text exposition format 0.0.4. Answered also during startup.",
+        (), {
+            "200": {
+                "description": "The metrics.",
+                "content": {"text/plain; version=0.0.4; charset=utf-8": {
+                    "schema": {"type": "string", "minLength": 1}}},
+            },
+            "500": _ref("responses", "InternalError"),
+        },
+    ),
     "/openapi.json": (
         "service", "This document",
         "The OpenAPI 3.1 description of this API, also during startup.",

@@ -201,6 +201,8 @@ class PostgresProbe:
         self._level_since = 0.0
         self._pending: Deferred[Any] | None = None
         self._aborted = False
+        #: connections opened so far (for /metrics)
+        self.opened = 0
 
     @property
     def connected(self) -> bool:
@@ -336,6 +338,7 @@ class PostgresProbe:
         if self._aborted:
             raise CheckFailed("setup", "aborted")
         self._opened_at = self._reactor.seconds()
+        self.opened += 1
         self._level = 0
         log.debug("connected host={host} address={address} pid={pid}",
                   host=host.name, address=address, pid=self.backend_pid)

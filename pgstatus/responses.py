@@ -28,6 +28,7 @@ from pgstatus.selection import (
     RoundRobin,
     candidates,
     local_group,
+    matches,
     most_sync,
 )
 from pgstatus.state import HostStatus, View
@@ -144,6 +145,37 @@ def parse_timeline(value: str) -> int:
 MAX_PLANS = 1024
 #: plan marker: wait for a replica to catch up
 _WAIT = object()
+
+class _Fallback:
+    """
+    Plan: answer with the master because no replica qualifies, for
+    ``reason`` (counted per request for ``/metrics``).
+    """
+
+    __slots__ = ("response", "reason")
+
+    def __init__(self, response: Response, reason: str) -> None:
+        self.response = response
+        self.reason = reason
+
+
+def fallback_reason(view: View, f: Filters) -> str:
+    """
+    Why no replica qualifies: ``no_replica`` (none alive), ``lag`` (none
+    within the lag limits), ``timeline`` or ``min_lsn``.
+    """
+    replicas = [h for h in view.hosts if h.alive and not h.master]
+    if not replicas:
+        return "no_replica"
+    lag_only = Filters(f.lag_ms, f.lag_bytes, f.mode)
+    within = [h for h in replicas if matches(h, lag_only, view.master)]
+    if not within:
+        return "lag"
+    if f.timeline is not None and not any(
+            matches(h, Filters(timeline=f.timeline), view.master) for h in within):
+        return "timeline"
+    return "min_lsn"
+
 
 #: the longest session key accepted
 MAX_KEY = 256
@@ -290,6 +322,18 @@ class Renderer:
         )
         self.rr = RoundRobin()
         self.version = text(version)
+        #: answered requests by (route, status), counted by the front ends
+        self.requests: dict[tuple[str, int], int] = {}
+        #: replica requests answered with the master, by reason
+        self.fallbacks: dict[str, int] = {}
+
+    def count(self, route: str, status: int) -> None:
+        """
+        Count one answered request (for ``/metrics``).
+        """
+        key = (route, status)
+        counts = self.requests
+        counts[key] = counts.get(key, 0) + 1
 
     # -- host answers --------------------------------------------------
     def _host_answer(self, view: View, h: HostStatus | None, as_json: bool) -> Response:
@@ -355,6 +399,10 @@ class Renderer:
         if plan.__class__ is tuple:
             answers, rr_key = plan
             return answers[self.rr.next(rr_key, len(answers))]
+        if plan.__class__ is _Fallback:
+            counts = self.fallbacks
+            counts[plan.reason] = counts.get(plan.reason, 0) + 1
+            return plan.response
         if plan is _WAIT:
             return self.replica(route, parse(query), as_json)
         return plan
@@ -364,6 +412,10 @@ class Renderer:
         if plan.__class__ is tuple:
             answers, rr_key = plan
             return answers[self.rr.next(rr_key, len(answers))]
+        if plan.__class__ is _Fallback:
+            counts = self.fallbacks
+            counts[plan.reason] = counts.get(plan.reason, 0) + 1
+            return plan.response
         if plan is not _WAIT:
             return plan
         f = parse_filters(route, args, self._config)
@@ -397,7 +449,8 @@ class Renderer:
                 h.alive and not h.master and (h.lsn is None or h.lsn < f.min_lsn)
                 for h in view.hosts):
             return _WAIT
-        return self._host_answer(view, view.master, as_json)
+        return _Fallback(self._host_answer(view, view.master, as_json),
+                         fallback_reason(view, f))
 
     def _answer_now(self, route: str, f: Filters, as_json: bool,
                     key: str | None = None) -> Response:
@@ -406,6 +459,8 @@ class Renderer:
         if group:
             chosen = rendezvous(group, key) if key is not None else self.rr.pick(group)
             return self._host_answer(view, chosen, as_json)
+        reason = fallback_reason(view, f)
+        self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
         return self._host_answer(view, view.master, as_json)
 
     def _wait_ms(self, route: str, args: Mapping[str, str], f: Filters) -> int:

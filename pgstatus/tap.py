@@ -22,6 +22,7 @@ from pgstatus.config import Config, ConfigError, load_config, process_environ
 from pgstatus.fastpath import FastSite
 from pgstatus.freshness import MIN_EXTRA_INTERVAL, FreshReads
 from pgstatus.logging import install_observer
+from pgstatus.metrics import MetricsRenderer
 from pgstatus.monitor import MonitorService
 
 log = Logger(namespace="pgstatus.main")
@@ -140,6 +141,7 @@ class PgStatusService(MultiService):
             idle_timeout=config.http_idle_timeout_ms / 1000,
             header_timeout=config.http_header_timeout_ms / 1000,
         )
+        self.api.metrics_source = MetricsRenderer(self)
         self.http = HttpService(reactor, config.http_listen_address, config.http_port, self.site)
         self.http.setServiceParent(self)
         #: the HAProxy agent-check listener, only with pg_status__agent_port
