@@ -176,8 +176,25 @@ class FastChannel(HTTPChannel):
     _head_timer: Any = None
 
     def connectionMade(self) -> None:
+        self._seconds = self.site.reactor.seconds
+        self._last_data = self._seconds()
         super().connectionMade()
         self.site.connections += 1
+
+    def resetTimeout(self) -> None:
+        """
+        Note activity.  Instead of moving the idle timer on every request
+        (a reactor operation), the timer checks on expiry whether the
+        connection was really idle that long.
+        """
+        self._last_data = self._seconds()
+
+    def timeoutConnection(self) -> None:
+        idle = self._seconds() - self._last_data
+        if self.timeOut is not None and idle < self.timeOut:
+            self.setTimeout(self.timeOut - idle)
+            return
+        super().timeoutConnection()
 
     def connectionLost(self, reason: Any) -> None:
         self.site.connections -= 1
@@ -305,7 +322,7 @@ class FastChannel(HTTPChannel):
         r = self._route(path, query, accept, site.renderer)
         if r is None:
             return None
-        if isinstance(r, Deferred):
+        if r.__class__ is Deferred:
             return r.addCallback(self._counted, _LABELS[path], is_head, close)
         site.renderer.count(_LABELS[path], r.status)
         return self._bytes(r, is_head, close)

@@ -50,6 +50,11 @@ class Response:
     content_type: bytes | None
     body: bytes
 
+    # Hash by identity (C speed): responses are memoised objects, and the
+    # HTTP layer's per-response caches only need identity; equality still
+    # compares the fields.
+    __hash__ = object.__hash__
+
 
 def json_response(status: int, obj: object) -> Response:
     """
