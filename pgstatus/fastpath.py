@@ -25,6 +25,8 @@ from pgstatus.responses import REPLICA_ROUTES, Renderer, Response, wants_json
 
 #: longest request head the fast path looks at; longer ones go to Klein
 MAX_HEAD = 8192
+#: most bytes of memoised response bytes (and the responses they belong to)
+MAX_WIRE_BYTES = 1 << 20
 #: longest request head accepted at all (twisted.web's own limit)
 MAX_TOTAL = HTTPChannel.totalHeadersSize
 _TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\n"
@@ -40,17 +42,26 @@ _SERVER = b"Server: " + version + b"\r\n"
 class _Wire:
     """
     Response bytes without the ``Date`` header, memoised per response.
+
+    Responses of ``/hosts`` and ``/status`` change with nearly every check,
+    so the memo is bounded by the bytes it holds (it keeps the responses it
+    is keyed by alive), not only by its number of entries.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = MAX_WIRE_BYTES) -> None:
         self._memo: dict[tuple[Response, bool, bool], tuple[bytes, bytes]] = {}
+        self._held = 0
+        self._max_bytes = max_bytes
 
     def parts(self, r: Response, head_only: bool, close: bool) -> tuple[bytes, bytes]:
         key = (r, head_only, close)
         got = self._memo.get(key)
         if got is None:
-            if len(self._memo) > 4096:
+            size = 2 * len(r.body) + 256
+            if len(self._memo) >= 4096 or self._held + size > self._max_bytes:
                 self._memo.clear()
+                self._held = 0
+            self._held += size
             head = [b"HTTP/1.1 %d %s\r\n" % (r.status, responses.get(r.status, b"Unknown"))]
             if close:
                 head.append(b"Connection: close\r\n")

@@ -150,3 +150,20 @@ def test_request_split_across_packets(sites):
 
     data = yield threads.deferToThread(split_send)
     assert data.startswith(b"HTTP/1.1 200 OK") and data.endswith(b"\r\n\r\npg-1")
+
+
+def test_wire_memo_is_bounded_by_bytes():
+    """
+    Per-check responses (/hosts, /status) must not pile up in the memo of
+    response bytes: it holds at most its byte budget.
+    """
+    from pgstatus.fastpath import _Wire
+    from pgstatus.responses import Response
+
+    wire = _Wire(max_bytes=100_000)
+    for i in range(10_000):
+        body = b"x" * 1000 + str(i).encode()
+        head, tail = wire.parts(Response(200, b"application/json", body), False, False)
+        assert tail.endswith(body)
+        assert wire._held <= 100_000
+    assert len(wire._memo) <= 100_000 // 2000 + 1
