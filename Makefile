@@ -7,7 +7,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv run test test-fast lint bench bench-fresh soak clean
+.PHONY: venv run test test-fast lint bench bench-fresh bench-rate soak clean
 
 $(STAMP): setup.py pyproject.toml
 	bash .ci/system-deps
@@ -45,6 +45,10 @@ soak: $(STAMP)
 ## Fresh read-your-writes: replica share with and without wait_ms.
 bench-fresh: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) tests/bench/fresh_ryow.py
+
+## Latency at a fixed 10,000 requests/s.
+bench-rate: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) tests/bench/fixed_rate.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info bench-results .pytest_cache .hypothesis
