@@ -137,9 +137,30 @@ class Config:
     http_max_connections: int = 10000
     http_idle_timeout_ms: int = 60000
     http_header_timeout_ms: int = 10000
+    #: additions of ours, eviction hysteresis and a serving floor (off by default)
+    sync_evict_after_checks: int = 0
+    sync_reenter_lag_ms: int | None = None
+    sync_reenter_lag_bytes: int | None = None
+    min_serving_replicas: int = 0
     #: an addition of ours: the HAProxy agent-check port (0: no agent)
     agent_port: int = 0
     warnings: tuple[str, ...] = ()
+
+    @property
+    def sync_hysteresis(self) -> bool:
+        """
+        Eviction hysteresis is configured (an addition of ours).
+        """
+        return (self.sync_evict_after_checks > 1 or self.sync_reenter_lag_ms is not None
+                or self.sync_reenter_lag_bytes is not None)
+
+    @property
+    def sync_policy_extras(self) -> bool:
+        """
+        Hysteresis or a serving floor is configured: ``/hosts`` then also
+        says why a replica is out of the sync set.
+        """
+        return self.sync_hysteresis or self.min_serving_replicas > 0
 
     def public_items(self) -> list[tuple[str, str]]:
         """
@@ -182,9 +203,17 @@ class Config:
             ("http_max_connections", str(self.http_max_connections)),
             ("http_idle_timeout_ms", str(self.http_idle_timeout_ms)),
             ("http_header_timeout_ms", str(self.http_header_timeout_ms)),
+            ("sync_evict_after_checks", str(self.sync_evict_after_checks)),
+            ("sync_reenter_lag_ms", _opt(self.sync_reenter_lag_ms)),
+            ("sync_reenter_lag_bytes", _opt(self.sync_reenter_lag_bytes)),
+            ("min_serving_replicas", str(self.min_serving_replicas)),
             ("agent_port", str(self.agent_port)),
         ]
         return items
+
+
+def _opt(value: int | None) -> str:
+    return "" if value is None else str(value)
 
 
 def _join_optional(values) -> str:
@@ -274,6 +303,10 @@ _INT_SETTINGS: dict[str, tuple[int, int, str]] = {
     "http_max_connections": (1, 1000000, "an integer from 1 to 1000000"),
     "http_idle_timeout_ms": (1, _INT_MAX, "an integer greater than 0"),
     "http_header_timeout_ms": (1, _INT_MAX, "an integer greater than 0"),
+    "sync_evict_after_checks": (0, 1000000, "an integer from 0 to 1000000"),
+    "sync_reenter_lag_ms": (0, _INT_MAX, "a non-negative integer"),
+    "sync_reenter_lag_bytes": (0, _INT_MAX, "a non-negative integer"),
+    "min_serving_replicas": (0, 1000000, "an integer from 0 to 1000000"),
     "agent_port": (0, 65535, "an integer from 0 to 65535 (0: off)"),
 }
 
@@ -590,3 +623,109 @@ def process_environ() -> Mapping[str, str]:
     ``os.environ``; everything else receives a :class:`Config`.
     """
     return os.environ
+
+
+#: the variable naming the environment file re-read on SIGHUP (an addition of ours)
+ENV_FILE = PREFIX + "env_file"
+
+_EXPORT_RE = re.compile(r"export\s+")
+_DOUBLE_ESCAPES = {"\\": "\\", '"': '"', "$": "$", "`": "`"}
+
+
+def env_file_path(environ: Mapping[str, str]) -> str | None:
+    """
+    The environment file named by ``pg_status__env_file``, or ``None``.
+
+    :raises ConfigError: the value contains a NUL character.
+    """
+    path = _stripped(environ, "env_file")
+    if path is not None:
+        _check_no_nul(ENV_FILE, path)
+    return path
+
+
+def parse_env_file(text: str, path: str = "<env file>") -> dict[str, str]:
+    """
+    Parse shell-style ``NAME=value`` lines, as in systemd's
+    ``EnvironmentFile=`` and the init script's defaults file: blank lines
+    and lines starting with ``#`` or ``;`` are skipped, ``export`` before
+    the name is allowed, and a value may be enclosed in single quotes
+    (taken literally) or double quotes (``\\``, ``\\"``, ``\\$`` and
+    ``\\``` escapes).  An unquoted value is taken as written, without
+    surrounding whitespace (no inline comments).  A later line wins.
+
+    :raises ConfigError: naming ``pg_status__env_file`` and the line
+        number; the line's content is never shown (it may hold a password).
+    """
+    out: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        m = _EXPORT_RE.match(line)
+        if m is not None:
+            line = line[m.end():]
+        name, sep, value = line.partition("=")
+        name = name.strip()
+        if not sep or not _ENV_NAME_RE.fullmatch(name):
+            raise ConfigError(ENV_FILE, f"{path} line {number}: expected NAME=value")
+        value = value.strip()
+        if value[:1] in ("'", '"'):
+            quote = value[0]
+            if len(value) < 2 or value[-1] != quote:
+                raise ConfigError(ENV_FILE, f"{path} line {number} ({name}): "
+                                  "unterminated quoted value")
+            value = value[1:-1]
+            if quote == '"':
+                value = _unescape_double(value)
+        out[name] = value
+    return out
+
+
+def _unescape_double(value: str) -> str:
+    parts = []
+    i = 0
+    while i < len(value):
+        c = value[i]
+        if c == "\\" and i + 1 < len(value) and value[i + 1] in _DOUBLE_ESCAPES:
+            parts.append(_DOUBLE_ESCAPES[value[i + 1]])
+            i += 2
+            continue
+        parts.append(c)
+        i += 1
+    return "".join(parts)
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    """
+    The variables set in the environment file ``path`` (see
+    :func:`parse_env_file`).  The only I/O is reading the file.
+
+    :raises ConfigError: naming ``pg_status__env_file`` when the file cannot
+        be read or a line is invalid.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError(ENV_FILE, f"cannot read {path!r}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(ENV_FILE, f"{path!r} is not UTF-8 text") from None
+    return parse_env_file(text, path)
+
+
+def with_env_file(environ: Mapping[str, str]) -> Mapping[str, str]:
+    """
+    ``environ`` with the variables of the file named by its
+    ``pg_status__env_file`` applied over it (the file wins); ``environ``
+    itself when no file is named.  ``pg_status__env_file`` set in the file
+    is ignored: only the process environment names the file.
+
+    :raises ConfigError: the file cannot be read or parsed.
+    """
+    path = env_file_path(environ)
+    if path is None:
+        return environ
+    values = read_env_file(path)
+    values.pop(ENV_FILE, None)
+    return {**environ, **values}

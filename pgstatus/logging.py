@@ -538,15 +538,6 @@ class SyslogObserver:
             self._close_locked()
 
 
-def _min_level_predicate(minimum: LogLevel) -> Callable[[LogEvent], PredicateResult]:
-    def predicate(event: LogEvent) -> PredicateResult:
-        if _level_of(event) < minimum:
-            return PredicateResult.no
-        return PredicateResult.maybe
-
-    return predicate
-
-
 class LevelFilter(FilteringLogObserver):
     """
     A :obj:`FilteringLogObserver` that drops events below a minimum level.
@@ -561,9 +552,37 @@ class LevelFilter(FilteringLogObserver):
         :param level: ``debug``, ``info``, ``warning``, ``error`` or ``fatal``.
         :raise ValueError: For an unknown level.
         """
-        super().__init__(observer, [_min_level_predicate(_parse_level(level))])
+        self._minimum = _parse_level(level)
+        super().__init__(observer, [self._predicate])
         self.observer = observer
         self.level = level
+
+    def _predicate(self, event: LogEvent) -> PredicateResult:
+        if _level_of(event) < self._minimum:
+            return PredicateResult.no
+        return PredicateResult.maybe
+
+    def reconfigure(self, level: str, fmt: str | None = None) -> None:
+        """
+        Change the minimum level (and, for a stream observer, the format)
+        from now on, e.g. after a configuration reload.  Tracebacks are
+        included only at ``debug``, as in :obj:`make_observer`.
+
+        :param level: ``debug``, ``info``, ``warning``, ``error`` or ``fatal``.
+        :param fmt: ``text`` or ``json``; ignored by a syslog observer.
+        :raise ValueError: For an unknown level or format.
+        """
+        minimum = _parse_level(level)
+        formatter = None
+        if fmt is not None:
+            formatter = format_json if _parse_format(fmt) == "json" else format_text
+        self._minimum = minimum
+        self.level = level
+        inner = self.observer
+        if hasattr(inner, "_include_traceback"):
+            inner._include_traceback = level == "debug"
+        if formatter is not None and isinstance(inner, SpecFormatObserver):
+            inner._format = formatter
 
 
 def make_observer(
@@ -614,8 +633,22 @@ def observer() -> ILogObserver:
     """
     from pgstatus.config import log_settings, process_environ
 
+    global _factory_observer
     level, fmt = log_settings(process_environ())
-    return make_observer(level, fmt)
+    _factory_observer = make_observer(level, fmt)
+    return _factory_observer
+
+
+#: the observer :obj:`observer` made last (twistd's ``--logger``), for reloads
+_factory_observer: LevelFilter | None = None
+
+
+def factory_observer() -> LevelFilter | None:
+    """
+    The observer that ``twistd --logger=pgstatus.logging.observer`` made,
+    if any, so a configuration reload can change its level.
+    """
+    return _factory_observer
 
 
 def reopen_on_sighup(obs: ILogObserver) -> None:

@@ -114,6 +114,27 @@ class HostMonitor:
         self._timer = None
         self.probe.close()
 
+    def reconfigure(self, config: Config) -> None:
+        """
+        Use a reloaded configuration: periods, deadline, error log interval
+        and the probe's settings.  A waiting next check is rescheduled for
+        the new ``sleep_ms``; a check in progress finishes as it started.
+        """
+        old, self._config = self._config, config
+        if config.poll_error_log_interval_ms != old.poll_error_log_interval_ms:
+            self._limiter = PollErrorLimiter(config.poll_error_log_interval_ms)
+        reconfigure = getattr(self.probe, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(config)
+        timer = self._timer
+        if config.sleep_ms != old.sleep_ms and self._running and not self.checking \
+                and timer is not None and timer.active():
+            timer.cancel()
+            now = self._clock.seconds()
+            started = self.last_started if self.last_started is not None else now
+            self._timer = self._clock.callLater(
+                max(0.0, started + self._period() - now), self._run)
+
     def check_soon(self, min_interval: float) -> bool:
         """
         Start an extra check now, unless one is running or the last one
@@ -171,6 +192,11 @@ class HostMonitor:
         timed_out = deadline.fired
         deadline.stop()
         self.durations.observe(self._clock.seconds() - started)
+        if not self._running:
+            # stopped (shutdown, or the host left the configuration): the
+            # aborted check says nothing about the host
+            self._finish(started)
+            return
         if isinstance(result, Failure):
             self._record_failure(result, timed_out, started)
             self._finish(started)
@@ -306,14 +332,64 @@ class MonitorService(Service):
         if probe_factory is None:
             def probe_factory(i: int) -> Probe:
                 state = self.registry.states[i]
-                return PostgresProbe(reactor, config.hosts[i], config, self.turns,
+                return PostgresProbe(reactor, self.config.hosts[i], self.config, self.turns,
                                      urgent=lambda: not state.dead)
+        self._probe_factory = probe_factory
         self.monitors = [
             HostMonitor(state, self.registry, probe_factory(state.index), reactor, config,
                         self._master_monitor)
             for state in self.registry.states
         ]
         self.registry.observe(_log_changes)
+
+    def reconfigure(self, config: Config) -> tuple[list[str], list[str]]:
+        """
+        Adopt a reloaded configuration and publish a new view.
+
+        A host that stays (same name and port) keeps its monitor, state,
+        schedule and connection; an added host gets a new monitor, which
+        starts checking at once if the service runs; a removed host's
+        monitor stops and closes its connection.
+
+        :return: the names of the added and of the removed hosts.
+        """
+        kept: dict[tuple[str, int], list[HostMonitor]] = {}
+        for m in self.monitors:
+            kept.setdefault((m.state.host.name, m.state.host.port), []).append(m)
+        chosen: list[HostMonitor | None] = []
+        states: list[HostState] = []
+        for i, host in enumerate(config.hosts):
+            same = kept.get((host.name, host.port))
+            if same:
+                m = same.pop(0)
+                chosen.append(m)
+                states.append(m.state)
+            else:
+                chosen.append(None)
+                states.append(HostState(host, i, config.max_fails))
+        removed = [m for ms in kept.values() for m in ms]
+        for m in removed:
+            m.stop()
+        self.config = config
+        self.turns.respace(config.sleep_ms, len(config.hosts))
+        for m in chosen:
+            if m is not None:
+                m.reconfigure(config)
+        # The registry first (the default probe factory looks the state up
+        # there), then the monitors, before anything else runs.
+        self.registry.reconfigure(config, states)
+        added = []
+        for i, m in enumerate(chosen):
+            if m is None:
+                m = HostMonitor(states[i], self.registry, self._probe_factory(i), self._reactor,
+                                config, self._master_monitor)
+                chosen[i] = m
+                added.append(m)
+        self.monitors = [m for m in chosen if m is not None]
+        if self.running:
+            for m in added:
+                m.start()
+        return [m.name for m in added], [m.name for m in removed]
 
     def check_soon(self, index: int, min_interval: float) -> bool:
         """

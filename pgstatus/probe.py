@@ -246,6 +246,18 @@ class PostgresProbe:
         """
         self.abort()
 
+    def reconfigure(self, config: Config) -> None:
+        """
+        Use a reloaded configuration from the next check.  New credentials
+        or database: the open connection is replaced at the next check
+        (when no other connection setup is waiting), so they are verified
+        at once.
+        """
+        old, self._config = self._config, config
+        if (old.pg_user, old.pg_password, old.pg_database) != (
+                config.pg_user, config.pg_password, config.pg_database):
+            self._opened_at = float("-inf")
+
     def _close_conn(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None and conn.pollable() is not None:

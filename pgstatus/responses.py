@@ -30,6 +30,7 @@ from pgstatus.selection import (
     local_group,
     matches,
     most_sync,
+    with_floor,
 )
 from pgstatus.state import HostStatus, View
 
@@ -249,9 +250,12 @@ def wants_json(accept: str | None) -> bool:
     return False
 
 
-def host_json(h: HostStatus, with_name: bool = True) -> dict:
+def host_json(h: HostStatus, with_name: bool = True, extras: bool = False) -> dict:
     """
     One host as ``/hosts`` and ``/status`` show it.
+
+    :param extras: add ``sync_note`` (why a replica is out of the sync
+        set), only when hysteresis or a serving floor is configured.
     """
     d: dict = {"host": h.name} if with_name else {}
     d["dc"] = h.dc
@@ -264,6 +268,8 @@ def host_json(h: HostStatus, with_name: bool = True) -> dict:
     d["lag_bytes"] = h.lag_bytes
     d["sync_by_bytes"] = h.sync_by_bytes
     d["lsn"] = None if h.lsn is None else format_lsn(h.lsn)
+    if extras:
+        d["sync_note"] = h.sync_note
     return d
 
 
@@ -300,11 +306,19 @@ def parse_filters(route: str, args: Mapping[str, str], config: Config) -> Filter
         lag_ms = None
     if not uses_bytes:
         lag_bytes = None
+    # additions of ours, only when configured: hysteresis judges the global
+    # thresholds by the sync flags; the floor keeps replicas eligible
+    default_ms = uses_ms and defaults and args.get("lag_ms") is None
+    default_bytes = uses_bytes and defaults and args.get("lag_bytes") is None
+    sync_time = default_ms and config.sync_hysteresis
+    sync_bytes = default_bytes and config.sync_hysteresis
+    floor = config.min_serving_replicas if (default_ms or default_bytes) else 0
     v = args.get("min_lsn")
     min_lsn = parse_lsn(v) if v is not None else None
     v = args.get("timeline")
     timeline = parse_timeline(v) if v is not None else None
-    return Filters(lag_ms, lag_bytes, mode, min_lsn, timeline)  # type: ignore[arg-type]
+    return Filters(lag_ms, lag_bytes, mode, min_lsn, timeline,  # type: ignore[arg-type]
+                   sync_time, sync_bytes, floor)
 
 
 class Renderer:
@@ -331,6 +345,20 @@ class Renderer:
         self.requests: dict[tuple[str, int], int] = {}
         #: replica requests answered with the master, by reason
         self.fallbacks: dict[str, int] = {}
+
+    def reconfigure(self, config: Config) -> None:
+        """
+        Use a reloaded configuration (thresholds, locality, wait) for the
+        requests rendered from now on.  Called on the reactor thread, so a
+        request sees either the old or the new settings, never a mix;
+        plans memoised in a view's cache are dropped with the view the
+        reload republishes.
+        """
+        locality = Locality(
+            config.current_dc if config.use_dc else None,
+            config.current_geo if config.use_geo else None,
+        )
+        self._config, self._locality = config, locality
 
     def count(self, route: str, status: int) -> None:
         """
@@ -484,6 +512,9 @@ class Renderer:
         group = cache.get(key)
         if group is None:
             found = candidates(view.hosts, f, view.master)
+            if f.floor:
+                found = with_floor(view.hosts, found, f, view.master,
+                                   by_bytes=route != "sync_by_time")
             if route == "most_sync_by_bytes":
                 best = most_sync(found)
                 group = (best,) if best is not None else ()
@@ -513,7 +544,8 @@ class Renderer:
             return NOT_READY
         r = view.cache.get("hosts")
         if r is None:
-            r = view.cache["hosts"] = json_response(200, [host_json(h) for h in view.hosts])
+            r = view.cache["hosts"] = json_response(
+                200, [host_json(h, extras=self._config.sync_policy_extras) for h in view.hosts])
         return r
 
     def status(self, host: str | None) -> Response:
@@ -537,7 +569,8 @@ class Renderer:
         key = ("status", h.index)
         r = view.cache.get(key)
         if r is None:
-            r = view.cache[key] = json_response(200, host_json(h, with_name=False))
+            r = view.cache[key] = json_response(
+                200, host_json(h, with_name=False, extras=self._config.sync_policy_extras))
         return r
 
     def ready(self) -> Response:

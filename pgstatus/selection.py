@@ -34,6 +34,12 @@ class Filters:
     mode: Literal["and", "or"] = "and"
     min_lsn: int | None = None
     timeline: int | None = None
+    #: judge lag_ms / lag_bytes by the host's sync flags (the global
+    #: thresholds with eviction hysteresis) instead of comparing the lag
+    sync_time: bool = False
+    sync_bytes: bool = False
+    #: keep at least this many replicas eligible (serving floor)
+    floor: int = 0
 
 
 def select_master(hosts: Sequence[HostStatus]) -> HostStatus | None:
@@ -58,12 +64,20 @@ def matches(h: HostStatus, f: Filters, master: HostStatus | None) -> bool:
     threshold.
     """
     if f.lag_ms is not None or f.lag_bytes is not None:
-        ok_ms = f.lag_ms is None or (h.lag_ms is not None and h.lag_ms <= f.lag_ms)
-        ok_bytes = f.lag_bytes is None or (h.lag_bytes is not None and h.lag_bytes <= f.lag_bytes)
+        if f.lag_ms is None:
+            ok_ms = True
+        elif f.sync_time:
+            ok_ms = h.sync_by_time
+        else:
+            ok_ms = h.lag_ms is not None and h.lag_ms <= f.lag_ms
+        if f.lag_bytes is None:
+            ok_bytes = True
+        elif f.sync_bytes:
+            ok_bytes = h.sync_by_bytes
+        else:
+            ok_bytes = h.lag_bytes is not None and h.lag_bytes <= f.lag_bytes
         if f.mode == "or" and f.lag_ms is not None and f.lag_bytes is not None:
-            ok_ms = (h.lag_ms is not None and h.lag_ms <= f.lag_ms) or (
-                h.lag_bytes is not None and h.lag_bytes <= f.lag_bytes
-            )
+            ok_ms = ok_ms or ok_bytes
             ok_bytes = True
         if not (ok_ms and ok_bytes):
             return False
@@ -122,6 +136,32 @@ def local_group(replicas: Sequence[HostStatus], where: Locality) -> tuple[HostSt
         if same:
             return same
     return tuple(replicas)
+
+
+def with_floor(hosts: Sequence[HostStatus], found: Sequence[HostStatus], f: Filters,
+               master: HostStatus | None, by_bytes: bool) -> tuple[HostStatus, ...]:
+    """
+    The serving floor: when fewer than ``f.floor`` replicas pass ``f``, add
+    the least-lagging live replicas that pass its other filters (``min_lsn``,
+    ``timeline``), healthy ones first, until there are ``f.floor``.  Host
+    order is kept.
+    """
+    if len(found) >= f.floor:
+        return tuple(found)
+    rest = Filters(min_lsn=f.min_lsn, timeline=f.timeline)
+    taken = {h.index for h in found}
+    extra = [h for h in hosts
+             if h.alive and not h.master and h.index not in taken and matches(h, rest, master)]
+
+    def lag(h: HostStatus) -> tuple[bool, float, float]:
+        first, second = (h.lag_bytes, h.lag_ms) if by_bytes else (h.lag_ms, h.lag_bytes)
+        return (h.possible_dead, float("inf") if first is None else first,
+                float("inf") if second is None else second)
+
+    extra.sort(key=lag)
+    chosen = list(found) + extra[: f.floor - len(found)]
+    chosen.sort(key=lambda h: h.index)
+    return tuple(chosen)
 
 
 def most_sync(replicas: Sequence[HostStatus]) -> HostStatus | None:

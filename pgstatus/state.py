@@ -9,6 +9,7 @@ on the reactor thread.  The :class:`Registry` turns them into an immutable
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -47,6 +48,9 @@ class HostStatus:
     timeline: int | None = None
     sync_by_time: bool = False
     sync_by_bytes: bool = False
+    #: why a replica is out of the sync set (only with hysteresis or a
+    #: serving floor configured)
+    sync_note: str | None = None
 
     @property
     def healthy(self) -> bool:
@@ -102,6 +106,11 @@ class HostState:
         self.position: MasterPosition | None = None
         #: the last check of this host failed
         self.last_failed = False
+        # eviction hysteresis: successes seen, in-sync flags and the number
+        # of consecutive checks over the threshold, per dimension
+        self._successes = 0
+        self._sync_seen = 0
+        self._sync: dict[str, tuple[bool, int] | None] = {"time": None, "bytes": None}
 
     @property
     def dead(self) -> bool:
@@ -128,6 +137,7 @@ class HostState:
         self.reached = True
         self.failures = 0
         self.last_failed = False
+        self._successes += 1
         self.master = master
         self.lsn = lsn
         self.timeline = timeline
@@ -152,11 +162,27 @@ class HostState:
         if not self.checked:
             return HostStatus(self.index, host.name, host.dc, host.geo)
         if self.dead:
+            self._sync = {"time": None, "bytes": None}
             return HostStatus(
                 self.index, host.name, host.dc, host.geo,
                 checked=True, reached=self.reached, alive=False, possible_dead=True,
             )
         lag_ms, lag_bytes = self.lag_ms, self.lag_bytes
+        if self._successes != self._sync_seen:
+            # one step of the sync-set state machine per successful check
+            self._sync_seen = self._successes
+            n = config.sync_evict_after_checks
+            self._sync["time"] = _sync_step(
+                self._sync["time"], lag_ms, config.sync_max_lag_ms,
+                config.sync_reenter_lag_ms, n)
+            self._sync["bytes"] = _sync_step(
+                self._sync["bytes"], lag_bytes, config.sync_max_lag_bytes,
+                config.sync_reenter_lag_bytes, n)
+        in_time = bool(self._sync["time"] and self._sync["time"][0])
+        in_bytes = bool(self._sync["bytes"] and self._sync["bytes"][0])
+        note = None
+        if config.sync_policy_extras and not self.master and not (in_time and in_bytes):
+            note = _sync_note(config, lag_ms, lag_bytes, in_time, in_bytes)
         return HostStatus(
             self.index,
             host.name,
@@ -171,9 +197,53 @@ class HostState:
             lag_bytes=lag_bytes,
             lsn=self.lsn,
             timeline=self.timeline,
-            sync_by_time=lag_ms is not None and lag_ms <= config.sync_max_lag_ms,
-            sync_by_bytes=lag_bytes is not None and lag_bytes <= config.sync_max_lag_bytes,
+            sync_by_time=in_time,
+            sync_by_bytes=in_bytes,
+            sync_note=note,
         )
+
+
+def _sync_step(state: tuple[bool, int] | None, lag: int | None, limit: int,
+               reenter: int | None, evict_after: int) -> tuple[bool, int]:
+    """
+    One check's step of a replica's membership in a sync set.
+
+    Without hysteresis (``evict_after`` 0 or 1, no ``reenter``) this is
+    exactly ``lag <= limit``.  With it, a member leaves only after
+    ``evict_after`` consecutive checks over ``limit`` (or of unknown lag),
+    and a non-member re-enters only at or below ``reenter``.
+
+    :return: ``(in_set, consecutive_checks_over)``.
+    """
+    reenter = limit if reenter is None else min(reenter, limit)
+    in_set = state[0] if state is not None else None
+    over = state[1] if state is not None else 0
+    if lag is not None and lag <= limit and (in_set is not False or lag <= reenter):
+        return True, 0
+    if in_set:
+        over += 1
+        if over >= max(evict_after, 1):
+            return False, 0
+        return True, over
+    return False, 0
+
+
+def _sync_note(config: Config, lag_ms: int | None, lag_bytes: int | None,
+               in_time: bool, in_bytes: bool) -> str:
+    parts = []
+    for name, lag, limit, reenter, ok in (
+            ("lag_ms", lag_ms, config.sync_max_lag_ms, config.sync_reenter_lag_ms, in_time),
+            ("lag_bytes", lag_bytes, config.sync_max_lag_bytes, config.sync_reenter_lag_bytes,
+             in_bytes)):
+        if ok:
+            continue
+        if lag is None:
+            parts.append(f"{name} unknown")
+        elif lag > limit:
+            parts.append(f"{name} {lag} over {limit}")
+        else:
+            parts.append(f"{name} {lag} not yet back under {reenter} after eviction")
+    return "; ".join(parts)
 
 
 class Registry:
@@ -201,6 +271,62 @@ class Registry:
         Call ``observer(old, new)`` after every publication.
         """
         self._observers.append(observer)
+
+    def reconfigure(self, config: Config, states: Sequence[HostState]) -> View:
+        """
+        Adopt a reloaded configuration and host list, and publish.
+
+        ``states`` holds one :class:`HostState` per host of
+        ``config.hosts``, in that order: the kept hosts' existing states
+        (their checks, failures and positions stay) and new ones for added
+        hosts.  Every state gets its new index, host entry and ``max_fails``,
+        so every :class:`HostStatus` index of the published view is its
+        position in the new host list.  Observers are called with the
+        previous view re-expressed in the new order (removed hosts dropped,
+        added hosts as in the new view), so comparing the two by position
+        stays meaningful.  Readiness already reached is kept: an added host
+        does not make the service unready.
+        """
+        old = self.view
+        previous = {id(s): s.index for s in self.states}
+        moved: dict[int, int] = {}
+        for i, (st, host) in enumerate(zip(states, config.hosts, strict=True)):
+            j = previous.get(id(st))
+            if j is not None:
+                moved[j] = i
+            st.index = i
+            st.host = host
+            st.max_fails = config.max_fails
+            if st.position is not None:
+                st.position = dataclasses.replace(st.position, host_index=i)
+        last = self.last_master_position
+        if last is not None:
+            self.last_master_position = dataclasses.replace(
+                last, host_index=moved.get(last.host_index, -1))
+        self.config = config
+        self.states = list(states)
+        self._statuses = [s.status(config) for s in self.states]
+        hosts = tuple(self._statuses)
+        before = []
+        for i, st in enumerate(self.states):
+            j = previous.get(id(st))
+            before.append(self._statuses[i] if j is None
+                          else dataclasses.replace(old.hosts[j], index=i))
+        old_master = None
+        if old.master is not None and old.master.index in moved:
+            old_master = before[moved[old.master.index]]
+        master = select_master(hosts)
+        if master is not None:
+            position = self.states[master.index].position
+            if position is not None:
+                self.last_master_position = position
+        ready = old.ready or all(s.checked for s in self.states)
+        self._generation += 1
+        self.view = View(hosts, master, ready, self._generation)
+        remapped = View(tuple(before), old_master, old.ready, old.generation)
+        for observer in self._observers:
+            observer(remapped, self.view)
+        return self.view
 
     def master_state(self) -> HostState | None:
         """

@@ -70,6 +70,12 @@ class ConnectTurns:
         """
         return cls(clock, min(sleep_ms / 1000 / max(hosts, 1), MAX_SPACING))
 
+    def respace(self, sleep_ms: int, hosts: int) -> None:
+        """
+        Adopt the spacing for a reloaded ``sleep_ms`` or host count.
+        """
+        self._spacing = min(sleep_ms / 1000 / max(hosts, 1), MAX_SPACING)
+
     @property
     def busy(self) -> bool:
         """

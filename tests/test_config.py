@@ -908,6 +908,10 @@ def test_public_items_full():
         ("http_max_connections", "10000"),
         ("http_idle_timeout_ms", "60000"),
         ("http_header_timeout_ms", "10000"),
+        ("sync_evict_after_checks", "0"),
+        ("sync_reenter_lag_ms", ""),
+        ("sync_reenter_lag_bytes", ""),
+        ("min_serving_replicas", "0"),
         ("agent_port", "0"),
     ]
 
