@@ -7,6 +7,7 @@ when it is called without one.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from twisted.application.service import MultiService, Service
@@ -18,12 +19,22 @@ from twisted.web.server import Site
 from pgstatus import __version__
 from pgstatus.agent import AgentService
 from pgstatus.api import StatusAPI
-from pgstatus.config import Config, ConfigError, load_config, process_environ
+from pgstatus.config import (
+    ENV_FILE,
+    Config,
+    ConfigError,
+    env_file_path,
+    load_config,
+    process_environ,
+    read_env_file,
+    with_env_file,
+)
 from pgstatus.fastpath import FastSite
 from pgstatus.freshness import MIN_EXTRA_INTERVAL, FreshReads
-from pgstatus.logging import install_observer
+from pgstatus.logging import LevelFilter, factory_observer, install_observer
 from pgstatus.metrics import MetricsRenderer
 from pgstatus.monitor import MonitorService
+from pgstatus.reload import install_sighup, plan_reload
 
 log = Logger(namespace="pgstatus.main")
 http_log = Logger(namespace="pgstatus.http")
@@ -121,13 +132,26 @@ class PgStatusService(MultiService):
     :ivar http: the :class:`HttpService`.
     :ivar agent: the :class:`~pgstatus.agent.AgentService`, or ``None``.
     :ivar api: the :class:`StatusAPI`.
+    :ivar env_file: the file re-read on SIGHUP (``pg_status__env_file``),
+        or ``None``.
+
+    :param environ: the process environment the configuration came from
+        (:func:`process_environ` by default); a reload applies the
+        environment file over it again.
     """
 
     def __init__(self, config: Config, reactor: Any,
-                 server_options: Any = None) -> None:
+                 server_options: Any = None,
+                 environ: Mapping[str, str] | None = None) -> None:
         super().__init__()
         self.config = config
+        self._reactor = reactor
         self._server_options = server_options
+        self._environ = environ if environ is not None else process_environ()
+        self.env_file = env_file_path(self._environ)
+        #: our log observer, when we installed it under twistd
+        self.log_observer: Any = None
+        self._restore_sighup: Callable[[], None] | None = None
         self.monitor = MonitorService(config, reactor)
         self.monitor.setServiceParent(self)
         self.fresh = FreshReads(
@@ -156,8 +180,8 @@ class PgStatusService(MultiService):
         Under twistd, make the application log through our observer (twistd
         starts logging after the service joins the application).
         """
-        install_observer(parent, self._server_options, self.config.log_level,
-                         self.config.log_format)
+        self.log_observer = install_observer(parent, self._server_options,
+                                             self.config.log_level, self.config.log_format)
         super().setServiceParent(parent)
 
     def startService(self) -> None:
@@ -170,27 +194,79 @@ class PgStatusService(MultiService):
         for w in self.config.warnings:
             log.warn("{warning}", warning=w)
         super().startService()
+        if self.env_file is not None:
+            self._restore_sighup = install_sighup(self._reactor, self.reload)
 
     def stopService(self) -> Deferred[None] | None:
         """
         Stop everything.
         """
         log.info("shutting down")
+        restore, self._restore_sighup = self._restore_sighup, None
+        if restore is not None:
+            restore()
         return super().stopService()
+
+    def reload(self) -> bool:
+        """
+        Re-read ``pg_status__env_file`` over the process environment and
+        apply the result (what SIGHUP schedules on the reactor thread).
+
+        An invalid configuration is logged and changes nothing.  Settings
+        that need a restart keep their running values, with a warning.
+        Everything else takes effect at once: the renderer's thresholds,
+        locality and wait, the log level and format, the monitors' periods,
+        deadlines, credentials and host list (see
+        :meth:`MonitorService.reconfigure`), and a new view is published.
+
+        :return: whether a new configuration was applied.
+        """
+        if self.env_file is None:
+            return False
+        try:
+            values = read_env_file(self.env_file)
+            values.pop(ENV_FILE, None)
+            new = load_config({**self._environ, **values})
+        except ConfigError as e:
+            log.error("configuration reload failed, keeping the running configuration: "
+                      "{error}", error=str(e))
+            return False
+        plan = plan_reload(self.config, new)
+        for item in plan.needs_restart:
+            log.warn("configuration reload: {setting} needs a restart; keeping the running "
+                     "value", setting=item)
+        config = plan.config
+        for w in config.warnings:
+            if w not in self.config.warnings:
+                log.warn("{warning}", warning=w)
+        self.api.renderer.reconfigure(config)
+        added, removed = self.monitor.reconfigure(config)
+        self.config = config
+        log.info("configuration reloaded file={file} changed={changed} added_hosts={added} "
+                 "removed_hosts={removed}",
+                 file=self.env_file, changed=" ".join(plan.changed) or "none",
+                 added=",".join(added) or "none", removed=",".join(removed) or "none")
+        # last, so the line above is written whatever the new level
+        observer = self.log_observer or factory_observer()
+        if isinstance(observer, LevelFilter):
+            observer.reconfigure(config.log_level, config.log_format)
+        return True
 
 
 def make_service(config: Config, reactor: Any = None,
-                 server_options: Any = None) -> PgStatusService:
+                 server_options: Any = None,
+                 environ: Mapping[str, str] | None = None) -> PgStatusService:
     """
     Build the service for ``config``.
 
     :param server_options: twistd's options, when run by twistd.
+    :param environ: the process environment ``config`` came from.
     """
     if reactor is None:
         from twisted.internet import reactor as global_reactor
 
         reactor = global_reactor
-    return PgStatusService(config, reactor, server_options)
+    return PgStatusService(config, reactor, server_options, environ)
 
 
 def makeService(options: Options, reactor: Any = None) -> PgStatusService:
@@ -199,10 +275,11 @@ def makeService(options: Options, reactor: Any = None) -> PgStatusService:
     observer, build the service.  A configuration error prints one line
     naming the variable and exits with status 2 before anything listens.
     """
+    environ = process_environ()
     try:
-        config = load_config(process_environ())
+        config = load_config(with_env_file(environ))
     except ConfigError as e:
         sys.stderr.write(f"pg-status: configuration error: {e}\n")
         sys.stderr.flush()
         raise SystemExit(2) from None
-    return make_service(config, reactor, server_options=options.parent)
+    return make_service(config, reactor, server_options=options.parent, environ=environ)

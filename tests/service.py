@@ -15,7 +15,7 @@ from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.internet.task import deferLater
 from twisted.web.client import HTTPConnectionPool
 
-from pgstatus.config import load_config
+from pgstatus.config import load_config, with_env_file
 from pgstatus.tap import PgStatusService
 
 
@@ -57,8 +57,8 @@ class RunningService:
         }
         environ.update(env)
         self.reactor = reactor
-        self.config = load_config(environ)
-        self.svc = PgStatusService(self.config, reactor)
+        self.config = load_config(with_env_file(environ))
+        self.svc = PgStatusService(self.config, reactor, environ=environ)
         self.svc.startService()
         self.base = f"http://127.0.0.1:{self.svc.http.port.getHost().port}"
         self._pool = HTTPConnectionPool(reactor, persistent=False)
