@@ -6,11 +6,13 @@ among the eligible replicas instead of round-robin.
 from __future__ import annotations
 
 import pytest
+import pytest_twisted
 
 from pgstatus.config import load_config
 from pgstatus.responses import Renderer, rendezvous
 from pgstatus.selection import select_master
 from pgstatus.state import HostStatus, View
+from service import RunningService, blocking, wait_until
 
 CONFIG = load_config({"pg_status__hosts": "m,r1,r2,r3"})
 
@@ -71,3 +73,38 @@ def test_invalid_key(bad):
 def test_rendezvous_is_stable_for_a_group():
     g = view().hosts[1:]
     assert rendezvous(g, "abc") is rendezvous(g, "abc")
+
+
+@pytest.mark.pg
+@pytest_twisted.inlineCallbacks
+def test_sticky_key_against_the_real_topology(guarded_topology, reactor):
+    """
+    Each session key keeps its replica; when that replica stops, its
+    sessions move to the other one and the others stay put.
+    """
+    topo = guarded_topology
+    svc = RunningService(reactor, {**topo.hosts_env(), "pg_status__sleep_ms": "200",
+                                   "pg_status__query_timeout_ms": "300"})
+    try:
+        yield wait_until(reactor, lambda: svc.view.ready
+                         and all(h.healthy for h in svc.view.hosts), 10, "healthy")
+        keys = [f"user-{i}" for i in range(60)]
+        first = {}
+        for k in keys:
+            r = yield svc.get(f"/replica?key={k}")
+            first[k] = r.text
+        assert set(first.values()) == {n.host for n in topo.replicas}
+        for k in keys[:20]:
+            r = yield svc.get(f"/replica?key={k}")
+            assert r.text == first[k]
+        gone = topo.replicas[0]
+        yield blocking(gone.stop, "immediate")
+        yield wait_until(reactor, lambda: not svc.host(gone.host).alive, 5, "stopped replica dead")
+        for k in keys:
+            r = yield svc.get(f"/replica?key={k}")
+            if first[k] == gone.host:
+                assert r.text == topo.replicas[1].host
+            else:
+                assert r.text == first[k]
+    finally:
+        yield svc.stop()
