@@ -56,13 +56,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from twisted.application.service import Service
-from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IHalfCloseableProtocol
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from pgstatus.listener import ListenerService
 from pgstatus.state import HostStatus, View
 
 __all__ = [
@@ -368,7 +368,7 @@ class AgentFactory(Factory):
         return super().buildProtocol(addr)
 
 
-class AgentService(Service):
+class AgentService(ListenerService):
     """
     Listens for HAProxy agent checks on ``address`` (as the HTTP listener:
     ``*`` is ``::``, else ``0.0.0.0``).
@@ -382,56 +382,13 @@ class AgentService(Service):
 
     def __init__(self, reactor: Any, address: str, port: int,
                  current: Callable[[], View]) -> None:
-        self._reactor = reactor
-        self._address = address
-        self._port_number = port
         self.factory = AgentFactory(current, reactor)
-        self.port: Any = None
-        self.started: Deferred[Any] = Deferred()
-
-    def privilegedStartService(self) -> None:
-        """
-        Bind before privileges are dropped.
-        """
-        super().privilegedStartService()
-        self._listen()
-
-    def startService(self) -> None:
-        """
-        Bind (if not yet bound).
-        """
-        super().startService()
-        if self.port is None:
-            self._listen()
-
-    def _listen(self) -> None:
-        address = self._address
-        candidates = ["::", "0.0.0.0"] if address == "*" else [address.strip("[]")]
-        last: BaseException | None = None
-        for host in candidates:
-            try:
-                self.port = self._reactor.listenTCP(self._port_number, self.factory,
-                                                    interface=host)
-            except Exception as e:  # CannotListenError
-                last = e
-                continue
-            log.info("agent started address={address} port={port}",
-                     address=host, port=self.port.getHost().port)
-            self.started.callback(self.port)
-            return
-        log.critical("agent cannot listen address={address} port={port} error={error}",
-                     address=address, port=self._port_number, error=str(last))
-        raise SystemExit(1)
+        super().__init__(reactor, address, port, self.factory, log, "agent")
 
     def stopService(self) -> Deferred[None] | None:
         """
         Stop listening and cut the open agent connections.
         """
-        super().stopService()
-        port, self.port = self.port, None
         for p in list(self.factory.open):
             p.transport.abortConnection()
-        if port is None:
-            return None
-        log.info("agent stopped")
-        return maybeDeferred(port.stopListening)
+        return super().stopService()

@@ -10,8 +10,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from twisted.application.service import MultiService, Service
-from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.application.service import MultiService
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python import usage
 from twisted.web.server import Site
@@ -31,6 +31,7 @@ from pgstatus.config import (
 )
 from pgstatus.fastpath import FastSite
 from pgstatus.freshness import MIN_EXTRA_INTERVAL, FreshReads
+from pgstatus.listener import ListenerService
 from pgstatus.logging import LevelFilter, factory_observer, install_observer
 from pgstatus.metrics import MetricsRenderer
 from pgstatus.monitor import MonitorService
@@ -54,73 +55,15 @@ class Options(usage.Options):
     )
 
 
-class HttpService(Service):
+class HttpService(ListenerService):
     """
-    Listens for HTTP on the configured address.  ``*`` listens on ``::``,
-    which also accepts IPv4 where the system allows it, and falls back to
-    ``0.0.0.0`` where IPv6 is unavailable.
-
-    :ivar port: the listening port once started (``port.getHost().port``).
+    The HTTP listener (see :class:`ListenerService` for ``address``).
     """
 
     name = "http"
 
     def __init__(self, reactor: Any, address: str, port: int, site: Site) -> None:
-        self._reactor = reactor
-        self._address = address
-        self._port_number = port
-        self._site = site
-        self.port: Any = None
-        self.started: Deferred[Any] = Deferred()
-
-    def privilegedStartService(self) -> None:
-        """
-        Bind before privileges are dropped.
-        """
-        super().privilegedStartService()
-        self._listen()
-
-    def startService(self) -> None:
-        """
-        Bind (if not yet bound).
-        """
-        super().startService()
-        if self.port is None:
-            self._listen()
-
-    def _listen(self) -> None:
-        address = self._address
-        if address == "*":
-            candidates = ["::", "0.0.0.0"]
-        else:
-            candidates = [address.strip("[]")]
-        last: BaseException | None = None
-        for host in candidates:
-            try:
-                self.port = self._reactor.listenTCP(self._port_number, self._site,
-                                                    interface=host)
-            except Exception as e:  # CannotListenError
-                last = e
-                continue
-            real = self.port.getHost()
-            http_log.info("server started address={address} port={port}",
-                          address=host, port=real.port)
-            self.started.callback(self.port)
-            return
-        log.critical("cannot listen address={address} port={port} error={error}",
-                     address=address, port=self._port_number, error=str(last))
-        raise SystemExit(1)
-
-    def stopService(self) -> Deferred[None] | None:
-        """
-        Stop listening.
-        """
-        super().stopService()
-        port, self.port = self.port, None
-        if port is None:
-            return None
-        http_log.info("server stopped")
-        return maybeDeferred(port.stopListening)
+        super().__init__(reactor, address, port, site, http_log, "server")
 
 
 class PgStatusService(MultiService):

@@ -1,0 +1,83 @@
+"""
+A TCP listener service shared by the HTTP API and the HAProxy agent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.logger import Logger
+
+
+class ListenerService(Service):
+    """
+    Listens on ``address``: an IPv4 or IPv6 literal, or ``*`` for ``::``
+    (which also accepts IPv4 where the system allows it), falling back to
+    ``0.0.0.0`` where IPv6 is unavailable.  Binds in
+    ``privilegedStartService``; a failure to listen logs a critical line and
+    exits.
+
+    :param log: the component's logger.
+    :param what: the log lines' subject, e.g. ``server`` or ``agent``.
+    :ivar port: the listening port once started (``port.getHost().port``).
+    :ivar started: fires with the port once listening.
+    """
+
+    def __init__(self, reactor: Any, address: str, port: int, factory: Any,
+                 log: Logger, what: str) -> None:
+        self._reactor = reactor
+        self._address = address
+        self._port_number = port
+        self._factory = factory
+        self._log = log
+        self._what = what
+        self.port: Any = None
+        self.started: Deferred[Any] = Deferred()
+
+    def privilegedStartService(self) -> None:
+        """
+        Bind before privileges are dropped.
+        """
+        super().privilegedStartService()
+        self._listen()
+
+    def startService(self) -> None:
+        """
+        Bind (if not yet bound).
+        """
+        super().startService()
+        if self.port is None:
+            self._listen()
+
+    def _listen(self) -> None:
+        address = self._address
+        candidates = ["::", "0.0.0.0"] if address == "*" else [address.strip("[]")]
+        last: BaseException | None = None
+        for host in candidates:
+            try:
+                self.port = self._reactor.listenTCP(self._port_number, self._factory,
+                                                    interface=host)
+            except Exception as e:  # CannotListenError
+                last = e
+                continue
+            self._log.info(f"{self._what} started address={{address}} port={{port}}",
+                           address=host, port=self.port.getHost().port)
+            self.started.callback(self.port)
+            return
+        self._log.critical(
+            f"{self._what} cannot listen address={{address}} port={{port}} error={{error}}",
+            address=address, port=self._port_number, error=str(last))
+        raise SystemExit(1)
+
+    def stopService(self) -> Deferred[None] | None:
+        """
+        Stop listening.
+        """
+        super().stopService()
+        port, self.port = self.port, None
+        if port is None:
+            return None
+        self._log.info(f"{self._what} stopped")
+        return maybeDeferred(port.stopListening)
