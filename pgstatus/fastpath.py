@@ -85,14 +85,15 @@ class _Date:
 
     def __init__(self, clock: Any) -> None:
         self._clock = clock
-        self._second = -1
+        self._next = float("-inf")
         self._line = b""
 
     def line(self) -> bytes:
-        now = int(self._clock.seconds())
-        if now != self._second:
-            self._second = now
-            self._line = b"Date: " + formatdate(now, usegmt=True).encode() + b"\r\n"
+        now = self._clock.seconds()
+        if now >= self._next:
+            second = int(now)
+            self._next = second + 1
+            self._line = b"Date: " + formatdate(second, usegmt=True).encode() + b"\r\n"
         return self._line
 
 
@@ -158,6 +159,10 @@ def _args(query: bytes) -> dict[str, str]:
 
 
 _REPLICA_PATHS = {b"/" + r.encode(): r for r in REPLICA_ROUTES}
+#: headers that send a request to twisted.web (a body, or a protocol change)
+_NOT_FAST = (b"content-length", b"transfer-encoding", b"expect", b"upgrade")
+#: lengths of the header names the fast path reads or refuses
+_HEADER_LENGTHS = frozenset(len(n) for n in (b"accept", b"connection", *_NOT_FAST))
 #: the metrics label of every path the fast path answers
 _LABELS = {p: p[1:].decode() for p in (
     b"/master", b"/hosts", b"/status", b"/live", b"/ready", b"/version", *_REPLICA_PATHS)}
@@ -321,22 +326,27 @@ class FastChannel(HTTPChannel):
                 name, sep, value = raw.partition(b":")
                 if not sep or name != name.strip():
                     return None
+                n = len(name)
+                if n not in _HEADER_LENGTHS:
+                    continue  # not a header the fast path must look at
                 lname = name.lower()
                 if lname == b"accept":
                     accept = value.strip().decode("latin-1")
                 elif lname == b"connection":
                     tokens = value.strip().lower().split(b" ")
                     close = b"close" in tokens
-                elif lname in (b"content-length", b"transfer-encoding", b"expect",
-                               b"upgrade"):
+                elif lname in _NOT_FAST:
                     return None
         r = self._route(path, query, accept, site.renderer)
         if r is None:
             return None
         if r.__class__ is Deferred:
             return r.addCallback(self._counted, _LABELS[path], is_head, close)
-        site.renderer.count(_LABELS[path], r.status)
-        return self._bytes(r, is_head, close)
+        counts = site.renderer.requests
+        key = (_LABELS[path], r.status)
+        counts[key] = counts.get(key, 0) + 1
+        status, tail = site.wire.parts(r, is_head, close)
+        return status + site.date.line() + tail, close
 
     def _counted(self, r: Response, label: str, is_head: bool, close: bool
                  ) -> tuple[bytes, bool]:
