@@ -24,7 +24,14 @@ from pgtopology import PgTopology  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> int:
+    # Ctrl-C, `kill` and a closed terminal all stop pg-status and PostgreSQL
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
     print("starting PostgreSQL: a primary and two streaming replicas ...", flush=True)
     topo = PgTopology.start(replicas=2)
     proc = None
