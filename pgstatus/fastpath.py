@@ -50,16 +50,27 @@ class _Wire:
 
     def __init__(self, max_bytes: int = MAX_WIRE_BYTES) -> None:
         self._memo: dict[tuple[Response, bool, bool], tuple[bytes, bytes]] = {}
+        self._plain: dict[Response, tuple[bytes, bytes]] = {}
         self._held = 0
         self._max_bytes = max_bytes
 
     def parts(self, r: Response, head_only: bool, close: bool) -> tuple[bytes, bytes]:
+        if not (head_only or close):
+            # the common case, keyed by the response alone (identity hash)
+            got = self._plain.get(r)
+            if got is None:
+                got = self._plain[r] = self._parts(r, False, False)
+            return got
+        return self._parts(r, head_only, close)
+
+    def _parts(self, r: Response, head_only: bool, close: bool) -> tuple[bytes, bytes]:
         key = (r, head_only, close)
         got = self._memo.get(key)
         if got is None:
             size = 2 * len(r.body) + 256
             if len(self._memo) >= 4096 or self._held + size > self._max_bytes:
                 self._memo.clear()
+                self._plain.clear()
                 self._held = 0
             self._held += size
             head = [b"HTTP/1.1 %d %s\r\n" % (r.status, responses.get(r.status, b"Unknown"))]

@@ -284,6 +284,8 @@ _ROUTES: dict[str, tuple[bool, bool, str, bool]] = {
     "most_sync_by_bytes": (False, True, "and", True),
 }
 REPLICA_ROUTES = frozenset(_ROUTES)
+#: view.cache keys of the per-route plan memos (text, JSON)
+_QUERY_SLOTS = {r: (f"plans {r} text", f"plans {r} json") for r in _ROUTES}
 
 
 def parse_filters(route: str, args: Mapping[str, str], config: Config) -> Filters:
@@ -422,13 +424,18 @@ class Renderer:
         view = self._current()
         if not view.ready:
             return NOT_READY
-        key = ("query", route, query, as_json)
-        plan = view.cache.get(key)
+        # one memo per route and format, keyed by the raw query bytes
+        slot = _QUERY_SLOTS[route][as_json]
+        cache = view.cache
+        plans = cache.get(slot)
+        if plans is None:
+            plans = cache[slot] = {}
+        plan = plans.get(query)
         if plan is None:
             args = parse(query) if query else {}
             plan = self._plan(view, route, args, as_json)
-            if len(view.cache) < MAX_PLANS:
-                view.cache[key] = plan
+            if len(plans) < MAX_PLANS:
+                plans[query] = plan
         if plan.__class__ is tuple:
             answers, rr_key = plan
             return answers[self.rr.next(rr_key, len(answers))]
