@@ -54,6 +54,15 @@ class _Wire:
         self._held = 0
         self._max_bytes = max_bytes
 
+    def reset(self) -> None:
+        """
+        Forget everything: called when the monitor publishes a new view, so
+        the memo only ever holds bytes of the current view's responses.
+        """
+        self._memo.clear()
+        self._plain.clear()
+        self._held = 0
+
     def parts(self, r: Response, head_only: bool, close: bool) -> tuple[bytes, bytes]:
         if not (head_only or close):
             # the common case, keyed by the response alone (identity hash)

@@ -109,6 +109,8 @@ class PgStatusService(MultiService):
             header_timeout=config.http_header_timeout_ms / 1000,
         )
         self.api.metrics_source = MetricsRenderer(self)
+        # response bytes are memoised per view: drop them with it
+        self.monitor.registry.observe(lambda old, new: self.site.wire.reset())
         self.http = HttpService(reactor, config.http_listen_address, config.http_port, self.site)
         self.http.setServiceParent(self)
         #: the HAProxy agent-check listener, only with pg_status__agent_port
