@@ -59,6 +59,26 @@ def reactor() -> Any:
     return _reactor
 
 
+@pytest.fixture
+def service(reactor: Any) -> Iterator[Callable[..., Any]]:
+    """
+    Factory: ``service(env)`` starts the real service in this process
+    (``tests/service.py``); every one is stopped after the test.
+    """
+    from service import RunningService
+
+    started: list[Any] = []
+
+    def make(env: dict[str, str]) -> Any:
+        svc = RunningService(reactor, env)
+        started.append(svc)
+        return svc
+
+    yield make
+    for svc in started:
+        pytest_twisted.blockon(svc.stop())
+
+
 @pytest.fixture(scope="session")
 def pg_topology() -> Iterator[PgTopology]:
     """A primary and two streaming replicas for the whole session."""

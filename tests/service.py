@@ -118,3 +118,10 @@ def blocking(f: Callable[..., Any], *args: Any, **kwargs: Any) -> Deferred[Any]:
     Run a blocking topology helper off the reactor thread.
     """
     return threads.deferToThread(f, *args, **kwargs)
+
+
+def ready(svc: RunningService) -> Callable[[], bool]:
+    """
+    A predicate for :func:`wait_until`: the service is ready.
+    """
+    return lambda: svc.view.ready

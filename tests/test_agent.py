@@ -46,7 +46,7 @@ from pgstatus.agent import (
 from pgstatus.config import ConfigError, load_config
 from pgstatus.selection import Filters, matches, select_master
 from pgstatus.state import HostStatus, View
-from service import RunningService, blocking, wait_until
+from service import blocking, ready, wait_until
 
 # ---------------------------------------------------------------------------
 # Hand-built views
@@ -426,27 +426,6 @@ FAST = {
     "pg_status__query_timeout_ms": "300",
     "pg_status__max_fails": "3",
 }
-
-
-@pytest.fixture
-def service(reactor):
-    """
-    Factory: ``service(env)`` starts a service; stopped after the test.
-    """
-    started = []
-
-    def make(env):
-        svc = RunningService(reactor, env)
-        started.append(svc)
-        return svc
-
-    yield make
-    for svc in started:
-        pytest_twisted.blockon(svc.stop())
-
-
-def ready(svc):
-    return lambda: svc.view.ready
 
 
 @pytest_twisted.inlineCallbacks

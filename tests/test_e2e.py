@@ -19,7 +19,7 @@ from pgtopology import (
 )
 from twisted.internet.task import deferLater
 
-from service import RunningService, blocking, wait_until
+from service import blocking, ready, wait_until
 
 pytestmark = pytest.mark.pg
 
@@ -37,27 +37,6 @@ def detection_bound(sleep_ms: int, timeout_ms: int, max_fails: int) -> float:
     """
     s, t = sleep_ms / 1000, timeout_ms / 1000
     return s + t + (max_fails - 1) * max(s, t) + s + 0.5
-
-
-@pytest.fixture
-def service(reactor, request):
-    """
-    Factory: ``service(env)`` starts a service; stopped after the test.
-    """
-    started = []
-
-    def make(env):
-        svc = RunningService(reactor, env)
-        started.append(svc)
-        return svc
-
-    yield make
-    for svc in started:
-        pytest_twisted.blockon(svc.stop())
-
-
-def ready(svc):
-    return lambda: svc.view.ready
 
 
 @pytest_twisted.inlineCallbacks
