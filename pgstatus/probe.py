@@ -24,8 +24,11 @@ import psycopg2.errors
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP6ClientEndpoint
 from twisted.internet.interfaces import IHostResolution, IResolutionReceiver
+from twisted.internet.main import CONNECTION_DONE as _SHARED_CONNECTION_DONE
+from twisted.internet.main import CONNECTION_LOST as _SHARED_CONNECTION_LOST
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from txpostgres import txpostgres
 from zope.interface import implementer
 
@@ -129,6 +132,30 @@ class _QuietFactory(Factory):
 _QUIET_FACTORY = _QuietFactory()
 
 
+def _own_reason(reason: Failure) -> Failure:
+    """
+    ``reason``, unless it carries one of Twisted's shared exception
+    instances (``CONNECTION_DONE``, ``CONNECTION_LOST``): then a Failure of
+    a new instance of the same exception.
+
+    txpostgres fails a pending connect or query with the shared
+    ``CONNECTION_DONE`` when the connection is closed (our deadlines close
+    it).  The exception is raised inside the check's coroutine, and every
+    raise of a shared instance extends its ``__traceback__``: the frames of
+    every aborted check, with their connections and Deferreds, would stay
+    reachable from the module for the life of the process.
+    """
+    value = reason.value
+    if value is _SHARED_CONNECTION_DONE or value is _SHARED_CONNECTION_LOST:
+        return Failure(type(value)(*value.args))
+    return reason
+
+
+class _Cursor(txpostgres.Cursor):
+    def connectionLost(self, reason: Failure) -> None:
+        txpostgres.Cursor.connectionLost(self, _own_reason(reason))
+
+
 class _Connection(txpostgres.Connection):
     """
     A txpostgres connection that survives the server closing it: txpostgres
@@ -137,7 +164,15 @@ class _Connection(txpostgres.Connection):
     with the reactor.  Here the connection is just marked closed; a pending
     operation has already been failed, and the next check reconnects.  We
     use no LISTEN/NOTIFY, so there are no notifications to dispatch.
+
+    Pending operations fail with an exception instance of their own (see
+    :func:`_own_reason`).
     """
+
+    cursorFactory = _Cursor
+
+    def connectionLost(self, reason: Failure) -> None:
+        txpostgres.Connection.connectionLost(self, _own_reason(reason))
 
     def doRead(self) -> None:
         conn = self._connection
