@@ -38,6 +38,7 @@ Rules for the shared topology
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -142,3 +143,19 @@ def tcp_proxy(reactor: Any) -> Iterator[Callable[..., TcpProxy]]:
     yield make
     for proxy in proxies:
         pytest_twisted.blockon(proxy.stop())
+
+
+@pytest.fixture
+def blackhole() -> Iterator[int]:
+    """
+    A port on 127.0.0.1 whose accept queue is full: TCP connects to it
+    neither succeed nor fail (until the client gives up).
+    """
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port))
+    yield port
+    filler.close()
+    listener.close()

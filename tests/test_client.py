@@ -8,9 +8,6 @@ refusal to run inside a transaction.
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Iterator
-
 import psycopg2
 import pytest
 import pytest_twisted
@@ -267,21 +264,6 @@ def test_no_host_is_none(pg_topology, running, reactor):
         assert (yield hasty.replica()).host in {n.host for n in topo.replicas}
     finally:
         yield pool.closeCachedConnections()
-
-
-@pytest.fixture
-def blackhole() -> Iterator[int]:
-    """
-    A port on 127.0.0.1 whose accept queue is full: TCP connects to it hang.
-    """
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    port = listener.getsockname()[1]
-    filler = socket.create_connection(("127.0.0.1", port))
-    yield port
-    filler.close()
-    listener.close()
 
 
 @pytest_twisted.inlineCallbacks

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -427,22 +426,6 @@ def test_answers_without_master_and_with_a_dead_host_conform(pg_topology, servic
             "sync_by_bytes": False, "lsn": None}
     finally:
         yield client.close()
-
-
-@pytest.fixture
-def blackhole() -> Iterator[int]:
-    """
-    A port on 127.0.0.1 whose accept queue is full: TCP connects to it
-    neither succeed nor fail until they time out.
-    """
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    port = listener.getsockname()[1]
-    filler = socket.create_connection(("127.0.0.1", port))
-    yield port
-    filler.close()
-    listener.close()
 
 
 @pytest_twisted.inlineCallbacks
