@@ -439,7 +439,8 @@ def _locality(
             problems.append(f"neither {current_var} nor {env_var} is set")
 
     if problems:
-        warning = f"{label} locality is partially configured and not used: " + "; ".join(problems)
+        warning = (f"{dim} preference disabled: incomplete locality configuration; "
+                   + "; ".join(problems))
         return per_host, current, False, warning
     return per_host, current, True, None
 

@@ -32,6 +32,10 @@ class Observation:
     :ivar latest_end_lsn: replica: ``pg_stat_wal_receiver.latest_end_lsn``.
     :ivar replay_ts: replica: ``pg_last_xact_replay_timestamp()`` as epoch
         seconds.
+    :ivar wal_block_size: the server's WAL page size (``wal_block_size``),
+        if known.
+    :ivar wal_segment_size: the server's WAL segment size in bytes, if
+        known.
     """
 
     started: float
@@ -46,6 +50,14 @@ class Observation:
     receive_lsn: int | None = None
     latest_end_lsn: int | None = None
     replay_ts: float | None = None
+    wal_block_size: int | None = None
+    wal_segment_size: int | None = None
+
+    def past_header(self, lsn: int) -> int:
+        """
+        :func:`past_header` with this server's WAL geometry.
+        """
+        return past_header(lsn, self.wal_block_size, self.wal_segment_size)
 
     @property
     def clock_offset(self) -> float:
@@ -71,7 +83,8 @@ class MasterPosition:
     :ivar host_index: which host the master is.
     :ivar lsn: ``pg_current_wal_lsn()``.
     :ivar unwritten: the master had WAL it had not written yet
-        (``pg_current_wal_insert_lsn() > pg_current_wal_lsn()``).
+        (``pg_current_wal_insert_lsn() > pg_current_wal_lsn()``, where a
+        page header between the two is not WAL; see :func:`past_header`).
     :ivar timeline: the master's timeline, if known.
     :ivar check_started: local time that check started.
     :ivar clock_offset: master clock minus local clock.
@@ -94,11 +107,48 @@ class MasterPosition:
         """
         if obs.wal_lsn is None:
             return None
-        unwritten = obs.insert_lsn is not None and obs.insert_lsn > obs.wal_lsn
+        unwritten = obs.insert_lsn is not None and obs.insert_lsn > obs.past_header(obs.wal_lsn)
         return cls(
             host_index, obs.wal_lsn, unwritten, obs.timeline, obs.started,
             obs.clock_offset, obs.accuracy,
         )
+
+
+#: size of a WAL page's short header (``SizeOfXLogShortPHD``, MAXALIGNed)
+SHORT_PAGE_HEADER = 24
+#: size of the long header on a segment's first page (``SizeOfXLogLongPHD``)
+LONG_PAGE_HEADER = 40
+
+
+def page_header(lsn: int, block_size: int, segment_size: int) -> tuple[int, int]:
+    """
+    The start and the header size of the WAL page that ``lsn`` falls on.
+    """
+    start = lsn - lsn % block_size
+    size = LONG_PAGE_HEADER if start % segment_size == 0 else SHORT_PAGE_HEADER
+    return start, size
+
+
+def past_header(lsn: int, block_size: int | None, segment_size: int | None) -> int:
+    """
+    ``lsn`` moved past the page header it sits at or in.
+
+    WAL positions name the same point two ways at a page boundary: a record
+    that ends there ends at the boundary (what ``pg_current_wal_lsn()`` and
+    ``pg_last_wal_replay_lsn()`` show), while the next record can only start
+    after the new page's header (what ``pg_current_wal_insert_lsn()`` shows,
+    e.g. ``0/4000028`` right after a switch to segment ``0/4000000``).  The
+    header holds no WAL, so both are one position; this returns the later
+    spelling, the first byte after the header.  Positions elsewhere, and any
+    position when the geometry is unknown, are returned unchanged.
+
+    :param block_size: the server's ``wal_block_size``.
+    :param segment_size: the server's ``wal_segment_size`` in bytes.
+    """
+    if not block_size or not segment_size:
+        return lsn
+    start, size = page_header(lsn, block_size, segment_size)
+    return start + size if lsn - start < size else lsn
 
 
 def timelines_differ(a: int | None, b: int | None) -> bool:
@@ -158,9 +208,9 @@ def lag_ms(
 ) -> int | None:
     """
     ``min(commit_age, time since the start of the master's last check)``
-    while the replica sits exactly at that check's position on the same
-    timeline, the check succeeded and the master had no unwritten WAL;
-    otherwise the commit age alone.
+    while the replica sits exactly at that check's position (a page header
+    apart counts as exactly) on the same timeline, the check succeeded and
+    the master had no unwritten WAL; otherwise the commit age alone.
 
     :param master: the currently selected master's last position, or
         ``None`` when no master is selected.
@@ -174,7 +224,7 @@ def lag_ms(
         and master_check_ok
         and not master.unwritten
         and obs.replay_lsn is not None
-        and obs.replay_lsn == master.lsn
+        and obs.past_header(obs.replay_lsn) == obs.past_header(master.lsn)
         and obs.timeline is not None
         and obs.timeline == master.timeline
     ):

@@ -262,6 +262,7 @@ class HostMonitor:
                 lag_ms=lag.lag_ms(obs, current, check_ok, obs.received),
                 lag_bytes=lag.lag_bytes(obs, current if current is not None else last),
                 position=None,
+                reach=None if obs.replay_lsn is None else obs.past_header(obs.replay_lsn),
             )
         else:
             st.succeeded(
@@ -286,27 +287,31 @@ class HostMonitor:
         st = self.state
         st.failed()
         err = f.value
-        if timed_out:
-            operation = err.operation if isinstance(err, CheckFailed) else "check"
-            message = f"no answer within query_timeout_ms={self._config.query_timeout_ms}"
-            late = isinstance(err, CheckFailed) and err.late
-        elif isinstance(err, CheckFailed):
-            operation, message, late = err.operation, err.message, err.late
-        else:
-            operation, message, late = "check", f"{type(err).__name__}: {err}", False
+        late = isinstance(err, CheckFailed) and err.late
         if st.dead and late:
             self._late_failures += 1
         elif not late:
             self._late_failures = 0
-        fmt = ("poll failed host={host} operation={operation} error={error} "
-               "consecutive_failures={n}")
-        extra = {}
-        if isinstance(err, CheckFailed) and err.errno is not None:
-            extra["errno"] = err.errno
+        # The original service's lines (operators' alerts match on them),
+        # all under one rate limit per host.
         level = LogLevel.error if self._limiter.on_failure(self._clock.seconds()) \
             else LogLevel.debug
-        log.emit(level, fmt, host=self.name, operation=operation, error=message,
-                 n=st.failures, **extra)
+        if timed_out:
+            log.emit(level, "PostgreSQL poll timed out host={host} timeout_ms={timeout_ms}",
+                     host=self.name, timeout_ms=self._config.query_timeout_ms,
+                     failures=st.failures)
+        elif isinstance(err, CheckFailed) and err.rows is not None:
+            log.emit(level, "unexpected PostgreSQL result row count host={host} rows={rows}",
+                     host=self.name, rows=err.rows, failures=st.failures)
+        elif isinstance(err, CheckFailed):
+            extra = {} if err.errno is None else {"errno": err.errno}
+            log.emit(level, "PostgreSQL operation failed operation={operation} host={host} "
+                     "error={error}", operation=err.operation, host=self.name,
+                     error=err.message, failures=st.failures, **extra)
+        else:
+            log.emit(level, "PostgreSQL operation failed operation={operation} host={host} "
+                     "error={error}", operation="check", host=self.name,
+                     error=f"{type(err).__name__}: {err}", failures=st.failures)
         self._registry.publish(st.index)
 
 
@@ -340,7 +345,7 @@ class MonitorService(Service):
                         self._master_monitor)
             for state in self.registry.states
         ]
-        self.registry.observe(_log_changes)
+        self.registry.observe(lambda old, new: _log_changes(old, new, self.config))
 
     def reconfigure(self, config: Config) -> tuple[list[str], list[str]]:
         """
@@ -413,6 +418,7 @@ class MonitorService(Service):
         Start every host's schedule.
         """
         super().startService()
+        log.info("started hosts={hosts}", hosts=len(self.monitors))
         for m in self.monitors:
             m.start()
 
@@ -423,8 +429,9 @@ class MonitorService(Service):
         super().stopService()
         for m in self.monitors:
             m.stop()
+        log.info("stopped")
 
 
-def _log_changes(old: View, new: View) -> None:
-    for level, fmt, fields in describe_changes(old, new):
+def _log_changes(old: View, new: View, config: Config) -> None:
+    for level, fmt, fields in describe_changes(old, new, config):
         log.emit(level, fmt, **fields)

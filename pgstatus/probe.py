@@ -72,12 +72,36 @@ def status_query(level: int) -> str:
 FROM (SELECT pg_is_in_recovery() AS rec) AS r"""
 
 
-def observation_from_row(row: tuple, started: float, sent: float, received: float) -> Observation:
+#: the server's WAL geometry, asked once per connection (positions are
+#: compared with page headers discounted, see :func:`pgstatus.lag.past_header`)
+GEOMETRY_QUERY = """SELECT current_setting('wal_block_size')::int8,
+  (SELECT setting::int8 FROM pg_settings WHERE name = 'wal_segment_size')"""
+
+
+def geometry_from_rows(rows: Any) -> tuple[int, int] | None:
+    """
+    ``(wal_block_size, wal_segment_size)`` from :data:`GEOMETRY_QUERY`'s
+    answer, or ``None`` if it is not usable.
+    """
+    try:
+        block, segment = rows[0]
+        block, segment = int(block), int(segment)
+    except (IndexError, TypeError, ValueError):
+        return None
+    if block <= 0 or segment <= 0 or segment % block:
+        return None
+    return block, segment
+
+
+def observation_from_row(row: tuple, started: float, sent: float, received: float,
+                         geometry: tuple[int, int] | None = None) -> Observation:
     """
     Turn the status query's row into an :class:`Observation`.
 
+    :param geometry: the server's ``(wal_block_size, wal_segment_size)``.
     :raise ValueError: the row is not what the query returns.
     """
+    block, segment = geometry if geometry is not None else (None, None)
     if len(row) != 11 or not isinstance(row[0], bool) or row[1] is None:
         raise ValueError(f"unexpected status row: {row!r}")
     rec, now, wal, ins, mtl, replay, receive, replay_ts, latest_end, rtl, ctl = row
@@ -88,12 +112,14 @@ def observation_from_row(row: tuple, started: float, sent: float, received: floa
             replay_lsn=_int(replay), receive_lsn=_int(receive),
             latest_end_lsn=_int(latest_end),
             replay_ts=None if replay_ts is None else float(replay_ts),
+            wal_block_size=block, wal_segment_size=segment,
         )
     if wal is None:
         raise ValueError("master returned no WAL position")
     return Observation(
         started, sent, received, float(now), False,
         wal_lsn=int(wal), insert_lsn=_int(ins), timeline=_int(mtl),
+        wal_block_size=block, wal_segment_size=segment,
     )
 
 
@@ -105,20 +131,27 @@ class CheckFailed(Exception):
     """
     A check did not produce an observation.
 
-    :ivar operation: what was being done: ``resolve``, ``connect``,
-        ``setup``, ``query`` or ``result``.
+    :ivar operation: what was being done, named as the original service
+        names its libpq steps (its log lines carry them): ``connect_start``
+        (resolving the host name), ``connect`` (TCP, TLS, authentication),
+        ``consume_input`` (the query's connection failed) or
+        ``validate_result`` (the server answered with an error or an
+        unexpected row).
     :ivar message: the reason, without secrets.
     :ivar late: the failure came after a TLS or authentication exchange
         began (such hosts are checked less often while dead).
+    :ivar errno: the system error number, if any.
+    :ivar rows: for an answer with other than one row, how many it had.
     """
 
     def __init__(self, operation: str, message: str, late: bool = False,
-                 errno: int | None = None) -> None:
+                 errno: int | None = None, rows: int | None = None) -> None:
         super().__init__(operation, message)
         self.operation = operation
         self.message = message
         self.late = late
         self.errno = errno
+        self.rows = rows
 
     def __str__(self) -> str:
         return f"{self.operation}: {self.message}"
@@ -234,6 +267,8 @@ class PostgresProbe:
         self._opened_at = 0.0
         self._level = 0
         self._level_since = 0.0
+        self._geometry: tuple[int, int] | None = None
+        self._geometry_known = False
         self._pending: Deferred[Any] | None = None
         self._aborted = False
         #: connections opened so far (for /metrics)
@@ -370,23 +405,24 @@ class PostgresProbe:
         except Exception as e:
             self._close_conn()
             if not limit.active():
-                raise CheckFailed("setup", "connection setup took longer than its turn") from None
+                raise CheckFailed("connect", "connection setup took longer than its turn") from None
             why = _describe(e, self._config)
             # Only a setup that got as far as the server's TLS or
             # authentication exchange (which then failed, e.g. at a pooler
             # whose PostgreSQL is down) counts as a late failure; a server
             # that never answers or just closes does not.
-            raise CheckFailed("setup", why, late=not self._aborted and _reached_auth(why)
+            raise CheckFailed("connect", why, late=not self._aborted and _reached_auth(why)
                               ) from None
         finally:
             if limit.active():
                 limit.cancel()
             turn.release(reached_auth=True)
         if self._aborted:
-            raise CheckFailed("setup", "aborted")
+            raise CheckFailed("connect", "aborted")
         self._opened_at = self._reactor.seconds()
         self.opened += 1
         self._level = 0
+        self._geometry_known = False
         log.debug("connected host={host} address={address} pid={pid}",
                   host=host.name, address=address, pid=self.backend_pid)
 
@@ -408,19 +444,22 @@ class PostgresProbe:
         )
         addresses = await self._wait(receiver.done)
         if not addresses:
-            raise CheckFailed("resolve", f"host name {name!r} did not resolve")
+            raise CheckFailed("connect_start", f"host name {name!r} did not resolve")
         found: list[str] = []
         for a in addresses:
             if a.type == "TCP" and getattr(a, "host", None) and a.host not in found:
                 found.append(a.host)
         if not found:
-            raise CheckFailed("resolve", f"host name {name!r} has no TCP address")
+            raise CheckFailed("connect_start", f"host name {name!r} has no TCP address")
         return found
 
     async def _query(self, started: float) -> Observation:
         clock = self._reactor
         if self._level and clock.seconds() - self._level_since >= FULL_QUERY_RETRY:
             self._level = 0
+        if not self._geometry_known:
+            self._geometry = geometry_from_rows(await self._run(GEOMETRY_QUERY))
+            self._geometry_known = True
         while True:
             sent = clock.seconds()
             try:
@@ -428,26 +467,51 @@ class PostgresProbe:
             except psycopg2.errors.InsufficientPrivilege as e:
                 if self._level >= 2:
                     self._close_conn()
-                    raise CheckFailed("query", _describe(e, self._config)) from None
+                    raise CheckFailed("validate_result", _describe(e, self._config)) from None
                 self._level += 1
                 self._level_since = clock.seconds()
                 log.warn(
-                    "permission denied for status query, polling without {what} host={host} "
-                    "error={error}",
+                    "PostgreSQL permission denied host={host} sqlstate={sqlstate}; retrying "
+                    "poll without {what} until reconnect; the full query is tried again after "
+                    "{minutes} minutes; {advice}",
+                    host=self._host.name, sqlstate=e.pgcode or "42501",
                     what="WAL receiver statistics" if self._level == 1
-                    else "control file functions",
-                    host=self._host.name, error=_describe(e, self._config),
+                    else "WAL receiver statistics or control file functions",
+                    minutes=round(FULL_QUERY_RETRY / 60),
+                    advice="grant the monitoring role pg_monitor or pg_read_all_stats for "
+                    "complete byte lag and replica timelines "
+                    f"error={_describe(e, self._config)}",
                 )
                 continue
             except Exception as e:
-                self._close_conn()
-                raise CheckFailed("query", _describe(e, self._config)) from None
+                raise self._query_failed(e) from None
             received = clock.seconds()
+            if len(rows) != 1:
+                self._close_conn()
+                raise CheckFailed("validate_result", f"{len(rows)} rows instead of one",
+                                  rows=len(rows))
             try:
-                return observation_from_row(rows[0] if rows else (), started, sent, received)
+                return observation_from_row(rows[0], started, sent, received, self._geometry)
             except (ValueError, TypeError) as e:
                 self._close_conn()
-                raise CheckFailed("result", str(e)) from None
+                raise CheckFailed("validate_result", str(e)) from None
+
+    async def _run(self, query: str) -> Any:
+        try:
+            return await self._wait(self._conn.runQuery(query))
+        except Exception as e:
+            raise self._query_failed(e) from None
+
+    def _query_failed(self, e: BaseException) -> CheckFailed:
+        """
+        Close the connection after a failed query and describe the failure:
+        an error the server sent is ``validate_result``, a lost or broken
+        connection ``consume_input``.
+        """
+        self._close_conn()
+        answered = isinstance(e, psycopg2.Error) and e.pgcode is not None
+        return CheckFailed("validate_result" if answered else "consume_input",
+                           _describe(e, self._config))
 
 
 _AUTH_SIGNS = ("FATAL:", "SSL", "authentication", "password", "certificate", "GSS")

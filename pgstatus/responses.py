@@ -30,11 +30,13 @@ from pgstatus.selection import (
     local_group,
     matches,
     most_sync,
+    replayed,
     with_floor,
 )
 from pgstatus.state import HostStatus, View
 
 log = Logger(namespace="pgstatus.http")
+selection_log = Logger(namespace="pgstatus.selection")
 
 TEXT = b"text/plain; charset=utf-8"
 JSON = b"application/json"
@@ -163,6 +165,16 @@ class _Fallback:
     def __init__(self, response: Response, reason: str) -> None:
         self.response = response
         self.reason = reason
+
+
+def _log_fallback(route: str, reason: str) -> None:
+    """
+    The original service's debug line for a replica request answered with
+    the master.  Logged when the answer is planned (once per view and
+    query), not for every request the plan then serves.
+    """
+    selection_log.debug("master returned instead of replica context={context}",
+                        context=f"route=/{route} reason={reason}")
 
 
 def fallback_reason(view: View, f: Filters) -> str:
@@ -461,7 +473,7 @@ class Renderer:
         f = parse_filters(route, args, self._config)
         wait = self._wait_ms(route, args, f)
         behind = [h.index for h in view.hosts
-                  if h.alive and not h.master and (h.lsn is None or h.lsn < f.min_lsn)]
+                  if h.alive and not h.master and not replayed(h, f.min_lsn)]
         d = self._fresh.wait(lambda v: bool(self._group(v, route, f)), wait / 1000, behind)
         key = parse_key(route, args)
         return d.addCallback(lambda _: self._answer_now(route, f, as_json, key))
@@ -486,11 +498,12 @@ class Renderer:
             answers = tuple(self._host_answer(view, h, as_json) for h in group)
             return answers, tuple(h.index for h in group)
         if wait and self._fresh is not None and any(
-                h.alive and not h.master and (h.lsn is None or h.lsn < f.min_lsn)
+                h.alive and not h.master and not replayed(h, f.min_lsn)
                 for h in view.hosts):
             return _WAIT
-        return _Fallback(self._host_answer(view, view.master, as_json),
-                         fallback_reason(view, f))
+        reason = fallback_reason(view, f)
+        _log_fallback(route, reason)
+        return _Fallback(self._host_answer(view, view.master, as_json), reason)
 
     def _answer_now(self, route: str, f: Filters, as_json: bool,
                     key: str | None = None) -> Response:
@@ -500,6 +513,7 @@ class Renderer:
             chosen = rendezvous(group, key) if key is not None else self.rr.pick(group)
             return self._host_answer(view, chosen, as_json)
         reason = fallback_reason(view, f)
+        _log_fallback(route, reason)
         self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
         return self._host_answer(view, view.master, as_json)
 

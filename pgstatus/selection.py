@@ -58,6 +58,16 @@ def select_master(hosts: Sequence[HostStatus]) -> HostStatus | None:
     return fallback
 
 
+def replayed(h: HostStatus, lsn: int) -> bool:
+    """
+    Whether replica ``h`` has replayed WAL up to ``lsn``.  A position inside
+    a page header (as ``pg_current_wal_insert_lsn()`` gives after a record
+    that ends at a page boundary) is met by a replica at that page's start.
+    """
+    reach = h.reach if h.reach is not None else h.lsn
+    return reach is not None and reach >= lsn
+
+
 def matches(h: HostStatus, f: Filters, master: HostStatus | None) -> bool:
     """
     Whether replica ``h`` passes every filter.  An unknown lag meets no
@@ -83,7 +93,7 @@ def matches(h: HostStatus, f: Filters, master: HostStatus | None) -> bool:
             return False
     master_tl = master.timeline if master is not None else None
     if f.min_lsn is not None:
-        if h.lsn is None or h.lsn < f.min_lsn:
+        if not replayed(h, f.min_lsn):
             return False
         if h.timeline is not None and master_tl is not None and h.timeline != master_tl:
             return False

@@ -48,6 +48,10 @@ class HostStatus:
     timeline: int | None = None
     sync_by_time: bool = False
     sync_by_bytes: bool = False
+    #: the last position a ``min_lsn`` may name and be met by this replica:
+    #: ``lsn``, or past the page header when ``lsn`` is at a WAL page
+    #: boundary (see :func:`pgstatus.lag.past_header`); ``None``: ``lsn``
+    reach: int | None = None
     #: why a replica is out of the sync set (only with hysteresis or a
     #: serving floor configured)
     sync_note: str | None = None
@@ -101,6 +105,7 @@ class HostState:
         self.lag_ms: int | None = None
         self.lag_bytes: int | None = None
         self.lsn: int | None = None
+        self.reach: int | None = None
         self.timeline: int | None = None
         #: the master's position from its last successful check (masters only)
         self.position: MasterPosition | None = None
@@ -129,9 +134,12 @@ class HostState:
         lag_ms: int | None,
         lag_bytes: int | None,
         position: MasterPosition | None,
+        reach: int | None = None,
     ) -> None:
         """
         Record a successful check; clears the failure counter.
+
+        :param reach: see :attr:`HostStatus.reach`.
         """
         self.checked = True
         self.reached = True
@@ -140,6 +148,7 @@ class HostState:
         self._successes += 1
         self.master = master
         self.lsn = lsn
+        self.reach = reach
         self.timeline = timeline
         self.lag_ms = 0 if master else lag_ms
         self.lag_bytes = 0 if master else lag_bytes
@@ -197,6 +206,7 @@ class HostState:
             lag_bytes=lag_bytes,
             lsn=self.lsn,
             timeline=self.timeline,
+            reach=self.reach,
             sync_by_time=in_time,
             sync_by_bytes=in_bytes,
             sync_note=note,
@@ -354,12 +364,18 @@ class Registry:
         return self.view
 
 
-def describe_changes(old: View, new: View) -> Sequence[tuple[LogLevel, str, dict]]:
+def describe_changes(old: View, new: View, config: Config
+                     ) -> Sequence[tuple[LogLevel, str, dict]]:
     """
     The transitions worth a log line between two views: readiness, role,
     availability and crossings of the global sync thresholds.  A host that
     becomes possibly dead or dead is a warning; everything else is info.
 
+    The lines the original service also logs use its words and fields
+    (``host state changed``, ``host role changed``, ``replica
+    synchronization changed``); readiness and the master change are ours.
+
+    :param config: gives the thresholds the sync lines name.
     :return: ``(level, format, fields)`` triples for :meth:`Logger.emit`.
     """
     info, warn = LogLevel.info, LogLevel.warn
@@ -371,31 +387,41 @@ def describe_changes(old: View, new: View) -> Sequence[tuple[LogLevel, str, dict
             continue
         name = b.name
         state_a, state_b = _health(a), _health(b)
-        if state_a != state_b:
+        role = "master" if b.master else "replica"
+        if state_a != state_b and state_b == "alive":
             out.append((
-                info if state_b == "alive" else warn,
+                info,
+                "host state changed host={host} state={state} role={role}",
+                {"host": name, "state": state_b, "role": role},
+            ))
+        elif state_a != state_b:
+            out.append((
+                warn,
                 "host state changed host={host} state={state}",
                 {"host": name, "state": state_b},
             ))
-        if b.alive and (not a.alive or a.master != b.master):
+        elif b.alive and a.alive and a.master != b.master:
             out.append((
                 info,
-                "host role host={host} role={role}",
-                {"host": name, "role": "master" if b.master else "replica"},
+                "host role changed host={host} role={role}",
+                {"host": name, "role": role},
             ))
         if b.alive and not b.master and a.alive and not a.master:
             if a.sync_by_time != b.sync_by_time:
                 out.append((
                     info,
-                    "replica sync_by_time changed host={host} sync_by_time={sync} lag_ms={lag}",
-                    {"host": name, "sync": str(b.sync_by_time).lower(), "lag": _n(b.lag_ms)},
+                    "replica synchronization changed host={host} dimension=time "
+                    "synchronous={sync} lag_ms={lag} threshold_ms={threshold}",
+                    {"host": name, "sync": str(b.sync_by_time).lower(), "lag": _n(b.lag_ms),
+                     "threshold": config.sync_max_lag_ms},
                 ))
             if a.sync_by_bytes != b.sync_by_bytes:
                 out.append((
                     info,
-                    "replica sync_by_bytes changed host={host} sync_by_bytes={sync} "
-                    "lag_bytes={lag}",
-                    {"host": name, "sync": str(b.sync_by_bytes).lower(), "lag": _n(b.lag_bytes)},
+                    "replica synchronization changed host={host} dimension=bytes "
+                    "synchronous={sync} lag_bytes={lag} threshold_bytes={threshold}",
+                    {"host": name, "sync": str(b.sync_by_bytes).lower(),
+                     "lag": _n(b.lag_bytes), "threshold": config.sync_max_lag_bytes},
                 ))
     am, bm = old.master, new.master
     if (am and am.index) != (bm and bm.index) or (am is None) != (bm is None):

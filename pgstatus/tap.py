@@ -39,6 +39,7 @@ from pgstatus.reload import install_sighup, plan_reload
 
 log = Logger(namespace="pgstatus.main")
 http_log = Logger(namespace="pgstatus.http")
+config_log = Logger(namespace="pgstatus.config")
 
 
 class Options(usage.Options):
@@ -137,7 +138,7 @@ class PgStatusService(MultiService):
         log.info("starting pg-status version={version} {settings}",
                  version=__version__, settings=settings)
         for w in self.config.warnings:
-            log.warn("{warning}", warning=w)
+            config_log.warn("{warning}", warning=w)
         super().startService()
         if self.env_file is not None:
             self._restore_sighup = install_sighup(self._reactor, self.reload)
@@ -183,7 +184,7 @@ class PgStatusService(MultiService):
         config = plan.config
         for w in config.warnings:
             if w not in self.config.warnings:
-                log.warn("{warning}", warning=w)
+                config_log.warn("{warning}", warning=w)
         self.api.renderer.reconfigure(config)
         added, removed = self.monitor.reconfigure(config)
         self.config = config

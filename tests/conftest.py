@@ -19,6 +19,9 @@ Fixtures
     ``tests.tcpproxy.TcpProxy`` on the reactor; all are stopped after the test.
 ``reactor`` (function)
     The reactor that pytest-twisted runs.
+``log_events`` (function)
+    Every log event published during the test, at any level, with
+    ``.text()`` and ``.json()`` renderings in the service's formats.
 
 Rules for the shared topology
 -----------------------------
@@ -159,3 +162,35 @@ def blackhole() -> Iterator[int]:
     yield port
     filler.close()
     listener.close()
+
+
+class LogEvents(list):
+    """
+    The log events published while a test runs, and their lines as the
+    service writes them (every level: the level filter is the observer's).
+    """
+
+    def text(self) -> list[str]:
+        from pgstatus.logging import format_text
+
+        return [format_text(e) for e in list(self)]
+
+    def json(self) -> list[dict]:
+        import json
+
+        from pgstatus.logging import format_json
+
+        return [json.loads(format_json(e)) for e in list(self)]
+
+
+@pytest.fixture
+def log_events() -> Iterator[LogEvents]:
+    """Log events published during the test (see :class:`LogEvents`)."""
+    from twisted.logger import globalLogPublisher
+
+    events = LogEvents()
+    globalLogPublisher.addObserver(events.append)
+    try:
+        yield events
+    finally:
+        globalLogPublisher.removeObserver(events.append)

@@ -659,7 +659,8 @@ def test_locality_partial_warns_and_is_not_used(dim, values, mentions):
     assert getattr(config, f"use_{other}") is True
     assert len(config.warnings) == 1
     warning = config.warnings[0]
-    assert warning.startswith("DC" if dim == "dc" else "Geo")
+    # the original service's line: "<dc|geo> preference disabled: ..."
+    assert warning.startswith(f"{dim} preference disabled: incomplete locality configuration; ")
     assert "\n" not in warning
     for mention in mentions:
         mention = mention.format(d=dim)
@@ -673,8 +674,8 @@ def test_both_dimensions_partial_two_warnings():
     config = load_config(loc(hosts_dc="a,b,c", current_geo="eu"))
     assert not config.use_dc and not config.use_geo
     assert len(config.warnings) == 2
-    assert config.warnings[0].startswith("DC")
-    assert config.warnings[1].startswith("Geo")
+    assert config.warnings[0].startswith("dc preference disabled: ")
+    assert config.warnings[1].startswith("geo preference disabled: ")
 
 
 def test_locality_mismatched_length_keeps_positional_values():

@@ -538,7 +538,7 @@ def test_setup_failures_are_logged_within_the_poll_error_limit(
     severe = [e for e in events if e.get("log_level", LogLevel.info) >= LogLevel.error]
     lines = [format_text(e) for e in severe]
     assert len(severe) == 1, "\n".join(lines)
-    assert "poll failed host=127.0.0.2" in lines[0]
+    assert "PostgreSQL operation failed operation=connect host=127.0.0.2 error=" in lines[0]
 
 
 @pytest_twisted.inlineCallbacks

@@ -17,6 +17,8 @@ from pgstatus.lag import (
     commit_age_ms,
     lag_bytes,
     lag_ms,
+    page_header,
+    past_header,
     timelines_differ,
 )
 
@@ -452,3 +454,104 @@ def test_master_with_unwritten_wal_disables_bound_end_to_end():
     pos = MasterPosition.from_observation(0, _master_obs(wal_lsn=1000, insert_lsn=1000,
                                                          timeline=1))
     assert lag_ms(obs, pos, True, now) < commit_age_ms(obs, pos)
+
+
+# ---------------------------------------------------------------------------
+# WAL page headers
+
+BLOCK = 8192
+SEGMENT = 16 * 1024 * 1024
+SEG4 = 4 * SEGMENT  # 0/4000000
+
+
+@pytest.mark.parametrize(
+    ("lsn", "expected"),
+    [
+        pytest.param(SEG4, SEG4 + 40, id="segment-start"),
+        pytest.param(SEG4 + 40, SEG4 + 40, id="after-long-header"),
+        pytest.param(SEG4 + 17, SEG4 + 40, id="inside-long-header"),
+        pytest.param(SEG4 + 41, SEG4 + 41, id="past-long-header"),
+        pytest.param(SEG4 + BLOCK, SEG4 + BLOCK + 24, id="page-start"),
+        pytest.param(SEG4 + BLOCK + 24, SEG4 + BLOCK + 24, id="after-short-header"),
+        pytest.param(SEG4 + BLOCK + 23, SEG4 + BLOCK + 24, id="inside-short-header"),
+        pytest.param(SEG4 + 2 * BLOCK - 1, SEG4 + 2 * BLOCK - 1, id="page-end"),
+        pytest.param(0, 40, id="zero"),
+    ],
+)
+def test_past_header(lsn, expected):
+    """
+    A position at a page boundary or inside its header is moved past the
+    header: 40 bytes on a segment's first page, 24 on the others.
+    """
+    assert past_header(lsn, BLOCK, SEGMENT) == expected
+
+
+def test_past_header_other_geometry():
+    """
+    The sizes come from the server: with 32 KiB pages and 1 MiB segments
+    the boundaries move accordingly.
+    """
+    block, segment = 32768, 1 << 20
+    assert past_header(3 * segment, block, segment) == 3 * segment + 40
+    assert past_header(3 * segment + block, block, segment) == 3 * segment + block + 24
+    assert past_header(3 * segment + 8192, block, segment) == 3 * segment + 8192
+    assert page_header(3 * segment + block + 5, block, segment) == (3 * segment + block, 24)
+
+
+@pytest.mark.parametrize(("block", "segment"), [(None, None), (BLOCK, None), (None, SEGMENT)])
+def test_past_header_unknown_geometry(block, segment):
+    """
+    Without the server's sizes, positions are compared as they are.
+    """
+    assert past_header(SEG4, block, segment) == SEG4
+
+
+@given(st.integers(min_value=0, max_value=2**40), st.sampled_from([8192, 16384, 32768]),
+       st.sampled_from([1 << 20, 16 << 20, 1 << 30]))
+def test_past_header_properties(lsn, block, segment):
+    """
+    Never moves backwards, moves at most one header, lands right after the
+    header of the page it was on, and is idempotent.
+    """
+    out = past_header(lsn, block, segment)
+    start, size = page_header(lsn, block, segment)
+    assert lsn <= out <= lsn + 40
+    assert out == lsn or out == start + size
+    assert past_header(out, block, segment) == out
+
+
+def test_master_at_segment_start_has_no_unwritten_wal():
+    """
+    After a WAL switch on an idle master, the insert position is the write
+    position plus the new segment's long header: no unwritten WAL, and a
+    replica at the boundary gets the bound.
+    """
+    geometry = dict(wal_block_size=BLOCK, wal_segment_size=SEGMENT)
+    pos = MasterPosition.from_observation(0, _master_obs(
+        wal_lsn=SEG4, insert_lsn=SEG4 + 40, timeline=1, **geometry))
+    assert pos.unwritten is False
+    obs = Observation(started=T, sent=T, received=T + RTT, server_now=T + RTT / 2,
+                      in_recovery=True, timeline=1, replay_lsn=SEG4, **geometry)
+    assert lag_ms(obs, pos, True, T + 0.1) == round((T + 0.1 - pos.check_started) * 1000)
+    # one byte of a record after the header is unwritten WAL
+    pos = MasterPosition.from_observation(0, _master_obs(
+        wal_lsn=SEG4, insert_lsn=SEG4 + 41, timeline=1, **geometry))
+    assert pos.unwritten is True
+    assert lag_ms(obs, pos, True, T + 0.1) is None
+    # without the geometry, nothing is discounted
+    pos = MasterPosition.from_observation(0, _master_obs(
+        wal_lsn=SEG4, insert_lsn=SEG4 + 40, timeline=1))
+    assert pos.unwritten is True
+
+
+def test_master_position_at_page_boundary_matches_replica_past_header():
+    """
+    The equality behind the bound treats the two spellings of a boundary
+    as one position, whichever side has which.
+    """
+    geometry = dict(wal_block_size=BLOCK, wal_segment_size=SEGMENT)
+    pos = MasterPosition.from_observation(0, _master_obs(
+        wal_lsn=SEG4 + BLOCK + 24, insert_lsn=SEG4 + BLOCK + 24, timeline=1, **geometry))
+    obs = Observation(started=T, sent=T, received=T + RTT, server_now=T + RTT / 2,
+                      in_recovery=True, timeline=1, replay_lsn=SEG4 + BLOCK, **geometry)
+    assert lag_ms(obs, pos, True, T + 0.1) is not None

@@ -16,6 +16,11 @@ from pgstatus.probe import CheckFailed
 from pgstatus.turns import AUTH_PAUSE, ConnectTurns, Deadline
 
 
+#: the original service's poll-error lines, under one rate limit
+POLL_ERRORS = ("PostgreSQL operation failed", "PostgreSQL poll timed out",
+               "unexpected PostgreSQL result row count")
+
+
 class FakeProbe:
     """
     A probe whose checks the test finishes by hand.  ``abort`` fails the
@@ -46,12 +51,12 @@ class FakeProbe:
         self._take().callback(obs)
 
     def fail(self, late: bool = False) -> None:
-        self._take().errback(CheckFailed("setup" if late else "connect", "boom", late=late))
+        self._take().errback(CheckFailed("connect", "boom", late=late))
 
     def abort(self) -> None:
         self.aborts += 1
         if self.pending is not None:
-            self._take().errback(CheckFailed("query", "connection closed"))
+            self._take().errback(CheckFailed("consume_input", "connection closed"))
 
     def close(self) -> None:
         self.closed = True
@@ -394,17 +399,21 @@ def test_poll_errors_rate_limited_per_interval() -> None:
             clock, svc, (p,) = make(sleep_ms="100", query_timeout_ms="50",
                                     poll_error_log_interval_ms=interval)
             svc.startService()
-            for _ in range(30):
-                p.fail()
+            for i in range(30):
+                # the reason changes: a failed connect, then a timeout
+                if i % 2 == 0:
+                    p.fail()
                 clock.advance(0.1)
-            polls = [e for e in events if "poll failed" in e.get("log_format", "")]
+            polls = [e for e in events if e.get("log_format", "").startswith(POLL_ERRORS)]
             errors = [e for e in polls if e["log_level"] == LogLevel.error]
             assert len(polls) == 30
+            assert {e["log_format"].split(" host=")[0] for e in polls} == {
+                "PostgreSQL operation failed operation={operation}", "PostgreSQL poll timed out"}
             assert len(errors) == expected, interval
             p.answer(master_obs(clock))
             clock.advance(0.1)
             p.fail()
-            polls = [e for e in events if "poll failed" in e.get("log_format", "")]
+            polls = [e for e in events if e.get("log_format", "").startswith(POLL_ERRORS)]
             assert polls[-1]["log_level"] == LogLevel.error
             assert any("recovered" in e.get("log_format", "") for e in events)
         finally:

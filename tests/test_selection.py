@@ -22,6 +22,7 @@ from pgstatus.selection import (
     local_group,
     matches,
     most_sync,
+    replayed,
     select_master,
 )
 from pgstatus.state import HostStatus
@@ -650,3 +651,24 @@ def test_round_robin_limit_forgets_but_stays_valid():
     for _ in range(3):
         for g in groups:
             assert rr.pick(g) in g
+
+
+def test_min_lsn_inside_a_page_header_is_met_at_the_page_start():
+    """
+    A replica at a page boundary (``lsn``) whose ``reach`` is past that
+    page's header meets a ``min_lsn`` anywhere up to the header's end, and
+    no further; without ``reach`` its ``lsn`` decides.
+    """
+    boundary = 0x4000000
+    import dataclasses
+
+    at = dataclasses.replace(replica(1, lsn=boundary), reach=boundary + 40)
+    m = master(0)
+    for pos in (boundary, boundary + 1, boundary + 40):
+        assert replayed(at, pos)
+        assert matches(at, Filters(min_lsn=pos), m)
+    assert not replayed(at, boundary + 41)
+    assert not matches(at, Filters(min_lsn=boundary + 41), m)
+    plain = replica(1, lsn=boundary)
+    assert replayed(plain, boundary) and not replayed(plain, boundary + 40)
+    assert not replayed(replica(1, lsn=None), 0)

@@ -431,7 +431,8 @@ def _v(*hosts: HostStatus, ready: bool = True, master: int | None = None) -> Vie
 
 
 def _messages(old: View, new: View) -> list[tuple[LogLevel, str]]:
-    return [(level, fmt.format(**fields)) for level, fmt, fields in describe_changes(old, new)]
+    return [(level, fmt.format(**fields))
+            for level, fmt, fields in describe_changes(old, new, config("pg-1"))]
 
 
 UNCHECKED = HostStatus(0, "pg-1", None, None)
@@ -449,9 +450,11 @@ NEVER_REACHED = _status(0, "pg-1", reached=False, alive=False, possible_dead=Tru
     [
         pytest.param(REPLICA, REPLICA, [], id="no-change"),
         pytest.param(UNCHECKED, REPLICA, [
-            (LogLevel.info, "host state changed host=pg-1 state=alive"),
-            (LogLevel.info, "host role host=pg-1 role=replica"),
+            (LogLevel.info, "host state changed host=pg-1 state=alive role=replica"),
         ], id="first-check-replica"),
+        pytest.param(UNCHECKED, MASTER, [
+            (LogLevel.info, "host state changed host=pg-1 state=alive role=master"),
+        ], id="first-check-master"),
         pytest.param(UNCHECKED, NEVER_REACHED, [
             (LogLevel.warn, "host state changed host=pg-1 state=dead"),
         ], id="first-check-failed"),
@@ -465,33 +468,38 @@ NEVER_REACHED = _status(0, "pg-1", reached=False, alive=False, possible_dead=Tru
             (LogLevel.warn, "host state changed host=pg-1 state=dead"),
         ], id="straight-to-dead"),
         pytest.param(PD_REPLICA, REPLICA, [
-            (LogLevel.info, "host state changed host=pg-1 state=alive"),
+            (LogLevel.info, "host state changed host=pg-1 state=alive role=replica"),
         ], id="recovered-from-possible-dead"),
         pytest.param(DEAD, REPLICA, [
-            (LogLevel.info, "host state changed host=pg-1 state=alive"),
-            (LogLevel.info, "host role host=pg-1 role=replica"),
+            (LogLevel.info, "host state changed host=pg-1 state=alive role=replica"),
         ], id="recovered-from-dead"),
+        pytest.param(DEAD, MASTER, [
+            (LogLevel.info, "host state changed host=pg-1 state=alive role=master"),
+        ], id="recovered-as-master"),
         pytest.param(REPLICA, MASTER, [
-            (LogLevel.info, "host role host=pg-1 role=master"),
+            (LogLevel.info, "host role changed host=pg-1 role=master"),
         ], id="promoted"),
         pytest.param(MASTER, REPLICA, [
-            (LogLevel.info, "host role host=pg-1 role=replica"),
+            (LogLevel.info, "host role changed host=pg-1 role=replica"),
         ], id="demoted"),
         pytest.param(REPLICA, _status(0, "pg-1", lag_ms=500, lag_bytes=10, sync_by_time=False,
                                       sync_by_bytes=True), [
             (LogLevel.info,
-             "replica sync_by_time changed host=pg-1 sync_by_time=false lag_ms=500"),
+             "replica synchronization changed host=pg-1 dimension=time synchronous=false "
+             "lag_ms=500 threshold_ms=100"),
         ], id="sync-by-time-lost"),
         pytest.param(_status(0, "pg-1", lag_ms=500, lag_bytes=None), REPLICA, [
             (LogLevel.info,
-             "replica sync_by_time changed host=pg-1 sync_by_time=true lag_ms=10"),
+             "replica synchronization changed host=pg-1 dimension=time synchronous=true "
+             "lag_ms=10 threshold_ms=100"),
             (LogLevel.info,
-             "replica sync_by_bytes changed host=pg-1 sync_by_bytes=true lag_bytes=10"),
+             "replica synchronization changed host=pg-1 dimension=bytes synchronous=true "
+             "lag_bytes=10 threshold_bytes=100"),
         ], id="sync-regained"),
         pytest.param(REPLICA, _status(0, "pg-1", lag_ms=10, lag_bytes=None, sync_by_time=True),
                      [(LogLevel.info,
-                       "replica sync_by_bytes changed host=pg-1 sync_by_bytes=false "
-                       "lag_bytes=null")],
+                       "replica synchronization changed host=pg-1 dimension=bytes "
+                       "synchronous=false lag_bytes=null threshold_bytes=100")],
                      id="sync-by-bytes-unknown-lag"),
         pytest.param(REPLICA, _status(0, "pg-1", lag_ms=20, lag_bytes=20, sync_by_time=True,
                                       sync_by_bytes=True), [], id="lag-change-within-sync"),
@@ -511,7 +519,7 @@ def test_describe_sync_crossing_not_reported_when_dying():
     loses with its values.
     """
     msgs = _messages(_v(REPLICA), _v(DEAD))
-    assert not any("sync_by" in m for _, m in msgs)
+    assert not any("synchronization" in m for _, m in msgs)
 
 
 def test_describe_ready():
@@ -557,7 +565,7 @@ def test_describe_changes_from_registry():
     reg = Registry(config("m,a", max_fails=2))
     events: list[tuple[LogLevel, str]] = []
     reg.observe(lambda old, new: events.extend(
-        (lvl, fmt.format(**f)) for lvl, fmt, f in describe_changes(old, new)))
+        (lvl, fmt.format(**f)) for lvl, fmt, f in describe_changes(old, new, reg.config)))
     ok_master(reg.states[0])
     reg.publish(0)
     ok_replica(reg.states[1])
@@ -567,12 +575,10 @@ def test_describe_changes_from_registry():
     reg.states[0].failed()
     reg.publish(0)
     assert events == [
-        (LogLevel.info, "host state changed host=m state=alive"),
-        (LogLevel.info, "host role host=m role=master"),
+        (LogLevel.info, "host state changed host=m state=alive role=master"),
         (LogLevel.info, "master changed master=m previous=none"),
         (LogLevel.info, "monitor ready: every host completed its first check"),
-        (LogLevel.info, "host state changed host=a state=alive"),
-        (LogLevel.info, "host role host=a role=replica"),
+        (LogLevel.info, "host state changed host=a state=alive role=replica"),
         (LogLevel.warn, "host state changed host=m state=possible_dead"),
         (LogLevel.warn, "host state changed host=m state=dead"),
         (LogLevel.info, "master changed master=none previous=m"),
