@@ -15,7 +15,6 @@ from pgstatus.monitor import MonitorService
 from pgstatus.probe import CheckFailed
 from pgstatus.turns import AUTH_PAUSE, ConnectTurns, Deadline
 
-
 #: the original service's poll-error lines, under one rate limit
 POLL_ERRORS = ("PostgreSQL operation failed", "PostgreSQL poll timed out",
                "unexpected PostgreSQL result row count")

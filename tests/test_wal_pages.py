@@ -113,7 +113,7 @@ def test_idle_master_after_segment_switch(fresh_topology, service, reactor):
         past = insert + 1
         r = yield svc.get(f"/replica?min_lsn={past >> 32:X}/{past & 0xFFFFFFFF:X}")
         assert (r.code, r.text) == (200, primary.host)
-        r = yield svc.get(f"/hosts")
+        r = yield svc.get("/hosts")
         row = next(x for x in r.json() if x["host"] == replica.host)
         assert lsn_to_int(row["lsn"]) == boundary  # /hosts shows the position as reported
         state = yield blocking(_header_state, primary)
