@@ -7,6 +7,7 @@ Every handler is a thin adapter from a Klein request to
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -22,15 +23,23 @@ from pgstatus.openapi import RESPONSE as OPENAPI
 from pgstatus.responses import (
     EMPTY_404,
     EMPTY_405,
+    NOT_READY,
     REPLICA_ROUTES,
     Renderer,
     Response,
     error,
+    text,
     wants_json,
 )
 from pgstatus.state import View
 
 log = Logger(namespace="pgstatus.http")
+
+FOLLOWING_ANOTHER = error(409, "this pg-status follows another instance; follow a hub instead")
+OK_TEXT = text("OK")
+INVALID_INDEX = error(400, "Invalid index")
+_DIGITS = re.compile(r"[0-9]+")
+EVENT_STREAM_HEAD = Response(200, b"text/event-stream", b"")
 
 METHODS = ("GET", "HEAD")
 ALLOW = b"GET, HEAD"
@@ -88,6 +97,12 @@ class StatusAPI:
         self.renderer = Renderer(current, config, version, fresh)
         #: renders ``/metrics`` (set by the service wiring)
         self.metrics_source: Callable[[], Response] | None = None
+        #: the followers' streams (:class:`pgstatus.hub.Hub`), ``None`` on a
+        #: follower (set by the service wiring)
+        self.hub: Any = None
+        #: ``(host_index) -> None``: an extra check asked for by a follower
+        self.check_soon: Callable[[int], None] | None = None
+        self._current = current
 
     def _counter(self, route: str) -> Callable[[int], None]:
         count = self.renderer.count
@@ -140,6 +155,43 @@ class StatusAPI:
     def metrics(self, request: IRequest) -> bytes:
         r = self.metrics_source() if self.metrics_source is not None else EMPTY_404
         return send(request, r, self._counter("metrics"))
+
+    @app.route("/follow", methods=METHODS)
+    def follow(self, request: IRequest) -> bytes | Deferred[bytes]:
+        """
+        Follower mode's stream of this instance's view (Server-Sent Events).
+        """
+        count = self._counter("follow")
+        if self.hub is None:
+            return send(request, FOLLOWING_ANOTHER, count)
+        if not self._current().ready:
+            return send(request, NOT_READY, count)
+        if request.method == b"HEAD":
+            return send(request, EVENT_STREAM_HEAD, count)
+        count(200)
+        # fires when the hub closes the stream; Klein cancels it if the
+        # follower goes away first
+        return self.hub.subscribe(request)
+
+    @app.route("/follow/check", methods=METHODS)
+    def follow_check(self, request: IRequest) -> bytes:
+        """
+        A follower's request for an extra check of one host (its ``wait_ms``
+        reads): ``?index=<position in pg_status__hosts>``.
+        """
+        count = self._counter("follow")
+        if self.hub is None or self.check_soon is None:
+            return send(request, FOLLOWING_ANOTHER, count)
+        view = self._current()
+        if not view.ready:
+            return send(request, NOT_READY, count)
+        value = first_args(request).get("index", "")
+        if not _DIGITS.fullmatch(value):
+            return send(request, INVALID_INDEX, count)
+        if len(value) > 9 or int(value) >= len(view.hosts):
+            return send(request, EMPTY_404, count)
+        self.check_soon(int(value))
+        return send(request, OK_TEXT, count)
 
     @app.handle_errors(NotFound)
     def not_found(self, request: IRequest, failure: Any) -> bytes:

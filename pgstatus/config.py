@@ -144,6 +144,11 @@ class Config:
     min_serving_replicas: int = 0
     #: an addition of ours: the HAProxy agent-check port (0: no agent)
     agent_port: int = 0
+    #: an addition of ours, follower mode: base URLs of the pg-status
+    #: instances (hubs) to mirror, in order of preference; empty: poll
+    follow: tuple[str, ...] = ()
+    #: how long without news from a hub before polling PostgreSQL itself
+    follow_timeout_ms: int = 3000
     warnings: tuple[str, ...] = ()
 
     @property
@@ -208,6 +213,8 @@ class Config:
             ("sync_reenter_lag_bytes", _opt(self.sync_reenter_lag_bytes)),
             ("min_serving_replicas", str(self.min_serving_replicas)),
             ("agent_port", str(self.agent_port)),
+            ("follow", ",".join(self.follow)),
+            ("follow_timeout_ms", str(self.follow_timeout_ms)),
         ]
         return items
 
@@ -308,7 +315,34 @@ _INT_SETTINGS: dict[str, tuple[int, int, str]] = {
     "sync_reenter_lag_bytes": (0, _INT_MAX, "a non-negative integer"),
     "min_serving_replicas": (0, 1000000, "an integer from 0 to 1000000"),
     "agent_port": (0, 65535, "an integer from 0 to 65535 (0: off)"),
+    "follow_timeout_ms": (2000, 3600000, "an integer from 2000 to 3600000"),
 }
+
+_FOLLOW_URL_RE = re.compile(r"http://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?(/[^\s?#]*)?")
+
+
+def _parse_follow(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """
+    ``pg_status__follow``: comma-separated ``http://host[:port][/prefix]``
+    base URLs of hubs, without a trailing slash.
+    """
+    variable = PREFIX + "follow"
+    text = _stripped(environ, "follow")
+    if text is None:
+        return ()
+    urls = []
+    for position, part in enumerate(text.split(","), start=1):
+        url = part.strip().rstrip("/")
+        m = _FOLLOW_URL_RE.fullmatch(url)
+        if not m or (m.group(2) and not 0 < int(m.group(2)[1:]) <= 65535):
+            raise ConfigError(
+                variable,
+                f"entry {position} must be a base URL like http://pg-status-hub:8000 "
+                f"(plain http), got {_shown(part.strip())}")
+        if url in urls:
+            raise ConfigError(variable, f"names {_shown(url)} twice")
+        urls.append(url)
+    return tuple(urls)
 
 
 def _parse_hosts(environ: Mapping[str, str]) -> list[str]:
@@ -556,6 +590,7 @@ def load_config(environ: Mapping[str, str]) -> Config:
         http_listen_address=_parse_listen_address(environ),
         log_level=_parse_log_level(environ),
         log_format=_parse_log_format(environ),
+        follow=_parse_follow(environ),
         warnings=warnings,
         **numbers,
     )

@@ -141,3 +141,43 @@ class MetricsRenderer:
                      "(no_replica, lag, min_lsn, timeline).")
         for reason in ("no_replica", "lag", "min_lsn", "timeline"):
             yield f'{name}{{reason="{reason}"}} {renderer.fallbacks.get(reason, 0)}\n'
+        yield from _follow_lines(svc, family)
+
+
+def _follow_lines(svc: Any, family: Callable[[str, str, str], str]) -> Iterable[str]:
+    """
+    Follower mode: this instance's role, the hub it follows, the age of the
+    last news from it and the switches; on a hub, its followers.
+    """
+    follower = getattr(svc, "follower", None)
+    name = "pgstatus_follow_mode"
+    yield family(name, "gauge", "Where host states come from: hub (polling, may be "
+                                "followed), following (a hub's snapshots) or polling (a "
+                                "follower polling on its own).")
+    mode = "hub" if follower is None else follower.mode
+    for m in ("hub", "starting", "following", "polling"):
+        yield f'{name}{{mode="{m}"}} {_num(m == mode)}\n'
+    if follower is None:
+        hub = getattr(svc, "hub", None)
+        if hub is not None:
+            yield family("pgstatus_follow_followers", "gauge", "Followers streaming now.")
+            yield f"pgstatus_follow_followers {hub.followers}\n"
+            yield family("pgstatus_follow_snapshots_sent_total", "counter",
+                         "Snapshots encoded for followers (one per change, for all).")
+            yield f"pgstatus_follow_snapshots_sent_total {hub.snapshots}\n"
+        return
+    name = "pgstatus_follow_hub"
+    yield family(name, "gauge", "1 for the hub whose stream is open or being opened.")
+    if follower.hub is not None:
+        yield f'{name}{{url="{_escape(follower.hub)}"}} 1\n'
+    name = "pgstatus_follow_view_age_seconds"
+    yield family(name, "gauge", "Seconds since the last event (snapshot or heartbeat) from "
+                                "a hub (absent before the first).")
+    if follower.last_event is not None:
+        yield f"{name} {svc._reactor.seconds() - follower.last_event:.3f}\n"
+    yield family("pgstatus_follow_switches_total", "counter",
+                 "Switches between following a hub and polling on our own.")
+    yield f"pgstatus_follow_switches_total {follower.switches}\n"
+    yield family("pgstatus_follow_snapshots_total", "counter", "Snapshots published.")
+    yield f"pgstatus_follow_snapshots_total {follower.snapshots}\n"
+

@@ -324,14 +324,21 @@ class MonitorService(Service):
     :param reactor: the reactor (TCP, timers, name resolution).
     :param probe_factory: ``(host_index) -> Probe``; defaults to real
         PostgreSQL probes.
+    :param poll: start polling when the service starts; a follower starts
+        without, and turns polling on and off (:meth:`start_polling`,
+        :meth:`stop_polling`) as its hubs come and go.
     """
 
     name = "monitor"
 
     def __init__(self, config: Config, reactor: Any,
-                 probe_factory: Callable[[int], Probe] | None = None) -> None:
+                 probe_factory: Callable[[int], Probe] | None = None,
+                 poll: bool = True) -> None:
         self.config = config
         self._reactor = reactor
+        self._poll_on_start = poll
+        #: the host monitors are checking
+        self.polling = False
         self.registry = Registry(config)
         self.turns = ConnectTurns.for_hosts(reactor, config.sleep_ms, len(config.hosts))
         if probe_factory is None:
@@ -391,7 +398,7 @@ class MonitorService(Service):
                 chosen[i] = m
                 added.append(m)
         self.monitors = [m for m in chosen if m is not None]
-        if self.running:
+        if self.running and self.polling:
             for m in added:
                 m.start()
         return [m.name for m in added], [m.name for m in removed]
@@ -418,18 +425,37 @@ class MonitorService(Service):
         Start every host's schedule.
         """
         super().startService()
+        if self._poll_on_start:
+            self.start_polling()
+
+    def start_polling(self) -> None:
+        """
+        Start every host's schedule (if not already polling).
+        """
+        if self.polling:
+            return
+        self.polling = True
         log.info("started hosts={hosts}", hosts=len(self.monitors))
         for m in self.monitors:
             m.start()
+
+    def stop_polling(self) -> None:
+        """
+        Stop every schedule and close every connection (if polling).
+        """
+        if not self.polling:
+            return
+        self.polling = False
+        for m in self.monitors:
+            m.stop()
+        log.info("stopped")
 
     def stopService(self) -> None:
         """
         Stop every schedule and close every connection.
         """
         super().stopService()
-        for m in self.monitors:
-            m.stop()
-        log.info("stopped")
+        self.stop_polling()
 
 
 def _log_changes(old: View, new: View, config: Config) -> None:

@@ -188,6 +188,43 @@ SCHEMAS: dict[str, Any] = {
               "from the same check."),
     "HostStatus": _host_object(
         False, "One host in `/status`: the `/hosts` object without `host`."),
+    "FollowSnapshot": {
+        "description": "The data of a `snapshot` event of `/follow`: the hub's whole view. "
+                       "Hosts are identified by name and port and must be the follower's "
+                       "`pg_status__hosts` in the same order; locality is not sent (each "
+                       "instance uses its own), nor any credential.",
+        "type": "object",
+        "required": ["format", "version", "ready", "master", "hosts"],
+        "properties": {
+            "format": {"const": 1},
+            "version": {"type": "integer", "minimum": 1,
+                        "description": "Increases with every snapshot of this hub process."},
+            "ready": {"type": "boolean"},
+            "master": {"type": ["integer", "null"], "minimum": 0,
+                       "description": "Index of the master the hub selected."},
+            "hosts": {"type": "array", "items": {
+                "type": "object",
+                "required": ["host", "port", "checked", "reached", "alive", "possible_dead",
+                             "master", "lag_ms", "lag_bytes", "lsn", "reach", "timeline",
+                             "sync_by_time", "sync_by_bytes", "sync_note"],
+                "properties": {
+                    "host": _ref("schemas", "HostName"),
+                    "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+                    **{k: {"type": "boolean"} for k in (
+                        "checked", "reached", "alive", "possible_dead", "master",
+                        "sync_by_time", "sync_by_bytes")},
+                    **{k: {"type": ["integer", "null"], "minimum": 0} for k in (
+                        "lag_ms", "lag_bytes", "timeline")},
+                    "lsn": {"type": ["integer", "null"], "minimum": 0,
+                            "description": "The WAL position in bytes."},
+                    "reach": {"type": ["integer", "null"], "minimum": 0,
+                              "description": "The last position a `min_lsn` may name and be "
+                                             "met (`lsn`, or past a page header)."},
+                    "sync_note": {"type": ["string", "null"]},
+                },
+            }},
+        },
+    },
     "ErrorText": {
         "description": "An error.",
         "type": "object",
@@ -273,6 +310,15 @@ PARAMETERS: dict[str, Any] = {
         "required": False,
         "schema": {"type": "string", "minLength": 1, "maxLength": MAX_KEY},
         "example": "session-42",
+    },
+    "index": {
+        "name": "index",
+        "in": "query",
+        "description": "A host's position in `pg_status__hosts`, from 0. Not a number: "
+                       "`400 Invalid index`; no such host: `404`.",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 0},
+        "example": 1,
     },
     "host": {
         "name": "host",
@@ -468,6 +514,54 @@ _ENDPOINTS: dict[str, tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = {
             "500": _ref("responses", "InternalError"),
         },
     ),
+    "/follow": (
+        "follow", "The view, streamed to followers",
+        "Follower mode's stream (Server-Sent Events, `text/event-stream`): a `snapshot` "
+        "event at once and after every change of this instance's view, each a complete "
+        "`FollowSnapshot` (see the schemas) in its `data` line, and a `heartbeat` event "
+        "(`{\"version\": N}`) every half second. The stream stays open until either side "
+        "closes it; a follower that does not keep reading is disconnected. An instance "
+        "that follows another refuses (`409`): no chains.",
+        (), {
+            "200": {
+                "description": "The event stream (HEAD: its headers only).",
+                "content": {"text/event-stream": {
+                    "schema": {"type": "string"},
+                    "x-event-data": {"snapshot": _ref("schemas", "FollowSnapshot"),
+                                     "heartbeat": {"type": "object",
+                                                   "required": ["version"]}},
+                }},
+            },
+            "409": {
+                "description": "This instance follows another one.",
+                "content": _json(_error(
+                    "this pg-status follows another instance; follow a hub instead")),
+            },
+            "503": _ref("responses", "NotReady"),
+            "500": _ref("responses", "InternalError"),
+        },
+    ),
+    "/follow/check": (
+        "follow", "An extra check, asked by a follower",
+        "Checks the host now (unless a check runs or one started within 10 ms), for a "
+        "follower's `wait_ms` reads; the result arrives in the next snapshots of "
+        "`/follow`.",
+        ("index",), {
+            "200": _text({"type": "string", "const": "OK"}, "The check is under way."),
+            "400": {
+                "description": "`index` missing or not a number.",
+                "content": _json(_error("Invalid index")),
+            },
+            "404": {"description": "No host at that index. Empty body."},
+            "409": {
+                "description": "This instance follows another one.",
+                "content": _json(_error(
+                    "this pg-status follows another instance; follow a hub instead")),
+            },
+            "503": _ref("responses", "NotReady"),
+            "500": _ref("responses", "InternalError"),
+        },
+    ),
     "/openapi.json": (
         "service", "This document",
         "The OpenAPI 3.1 description of this API, also during startup.",
@@ -561,6 +655,8 @@ DOCUMENT: dict[str, Any] = {
         {"name": "selection", "description": "Which host to use."},
         {"name": "status", "description": "What pg-status knows about each host."},
         {"name": "service", "description": "pg-status itself."},
+        {"name": "follow", "description": "Follower mode: other pg-status instances that "
+                                          "mirror this one's view (`pg_status__follow`)."},
     ],
     "paths": _paths(),
     "components": {

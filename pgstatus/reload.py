@@ -28,6 +28,8 @@ RESTART_SETTINGS = (
     "http_max_connections",
     "http_idle_timeout_ms",
     "http_header_timeout_ms",
+    "follow",
+    "follow_timeout_ms",
 )
 
 

@@ -338,6 +338,44 @@ class Registry:
             observer(remapped, self.view)
         return self.view
 
+    def mirror(self, statuses: Sequence[HostStatus], master: int | None, ready: bool) -> View:
+        """
+        Publish another instance's view (follower mode): its host statuses
+        and its choice of master.  Our own host states are left alone.
+
+        :param statuses: one per configured host, in order, with our
+            locality.
+        :param master: index of the master the other instance selected.
+        """
+        self._statuses = list(statuses)
+        hosts = tuple(self._statuses)
+        self._generation += 1
+        old, self.view = self.view, View(
+            hosts, None if master is None else hosts[master], self.view.ready or ready,
+            self._generation)
+        for observer in self._observers:
+            observer(old, self.view)
+        return self.view
+
+    def seed_from_view(self) -> None:
+        """
+        Before our own checks take over from a mirrored view: give every
+        host state the availability the view shows (reached, failures,
+        role), so a host the hub reached is not dead after one failure of
+        ours.  The view itself changes host by host, as our checks publish.
+        """
+        for st, h in zip(self.states, self._statuses, strict=True):
+            if not h.checked:
+                continue
+            st.reached = st.reached or h.reached
+            st.master = h.master
+            if not h.alive:
+                st.failures = max(st.failures, st.max_fails)
+            elif h.possible_dead:
+                st.failures = max(1, min(st.failures, st.max_fails - 1))
+            else:
+                st.failures = 0
+
     def master_state(self) -> HostState | None:
         """
         The state of the selected master, if any.

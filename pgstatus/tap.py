@@ -31,6 +31,7 @@ from pgstatus.config import (
 )
 from pgstatus.fastpath import FastSite
 from pgstatus.freshness import MIN_EXTRA_INTERVAL, FreshReads
+from pgstatus.hub import Hub
 from pgstatus.listener import ListenerService
 from pgstatus.logging import LevelFilter, factory_observer, install_observer
 from pgstatus.metrics import MetricsRenderer
@@ -96,13 +97,30 @@ class PgStatusService(MultiService):
         #: our log observer, when we installed it under twistd
         self.log_observer: Any = None
         self._restore_sighup: Callable[[], None] | None = None
-        self.monitor = MonitorService(config, reactor)
+        self.monitor = MonitorService(config, reactor, poll=not config.follow)
         self.monitor.setServiceParent(self)
-        self.fresh = FreshReads(
-            reactor, lambda i: self.monitor.check_soon(i, MIN_EXTRA_INTERVAL))
+        #: follower mode: the hubs' follower (``pg_status__follow``), else ``None``
+        self.follower: Any = None
+        #: the streams of our followers (``GET /follow``), ``None`` on a follower
+        self.hub: Hub | None = None
+        if config.follow:
+            from pgstatus.follower import FollowerService
+
+            self.follower = FollowerService(config, reactor, self.monitor)
+            self.follower.setServiceParent(self)
+            check_soon = self.follower.check_soon
+        else:
+            self.hub = Hub(reactor, lambda: self.monitor.registry.view,
+                           lambda: self.monitor.config.hosts)
+
+            def check_soon(i: int) -> None:
+                self.monitor.check_soon(i, MIN_EXTRA_INTERVAL)
+        self.fresh = FreshReads(reactor, check_soon)
         self.monitor.registry.observe(self.fresh.published)
         self.api = StatusAPI(lambda: self.monitor.registry.view, config, __version__,
                              self.fresh)
+        self.api.hub = self.hub
+        self.api.check_soon = check_soon
         self.site = FastSite(
             self.api.resource(), self.api.renderer, reactor,
             max_connections=config.http_max_connections,
@@ -112,6 +130,8 @@ class PgStatusService(MultiService):
         self.api.metrics_source = MetricsRenderer(self)
         # response bytes are memoised per view: drop them with it
         self.monitor.registry.observe(lambda old, new: self.site.wire.reset())
+        if self.hub is not None:
+            self.monitor.registry.observe(self.hub.published)
         self.http = HttpService(reactor, config.http_listen_address, config.http_port, self.site)
         self.http.setServiceParent(self)
         #: the HAProxy agent-check listener, only with pg_status__agent_port
@@ -148,6 +168,8 @@ class PgStatusService(MultiService):
         Stop everything.
         """
         log.info("shutting down")
+        if self.hub is not None:
+            self.hub.close()
         restore, self._restore_sighup = self._restore_sighup, None
         if restore is not None:
             restore()

@@ -78,6 +78,8 @@ DEFAULTS = {
     "http_port": 8000,
     "log_level": "info",
     "log_format": "text",
+    "follow": (),
+    "follow_timeout_ms": 3000,
     "warnings": (),
 }
 
@@ -914,6 +916,8 @@ def test_public_items_full():
         ("sync_reenter_lag_bytes", ""),
         ("min_serving_replicas", "0"),
         ("agent_port", "0"),
+        ("follow", ""),
+        ("follow_timeout_ms", "3000"),
     ]
 
 
@@ -1047,3 +1051,32 @@ def test_password_file(tmp_path):
     assert e.value.variable == P + "pg_password_file"
     with pytest.raises(ConfigError):
         load_config({P + "hosts": "a", P + "pg_password_file": str(tmp_path)})
+
+
+# ---------------------------------------------------------------------------
+# follower mode
+
+
+def test_follow_urls():
+    config = load_config({P + "hosts": "db1", P + "follow": " http://hub-a:8000/ ,http://[::1]:9000,"
+                          "http://10.0.0.7/pg-status", P + "follow_timeout_ms": "2500"})
+    assert config.follow == ("http://hub-a:8000", "http://[::1]:9000", "http://10.0.0.7/pg-status")
+    assert config.follow_timeout_ms == 2500
+    assert ("follow", "http://hub-a:8000,http://[::1]:9000,http://10.0.0.7/pg-status") in \
+        config.public_items()
+
+
+@pytest.mark.parametrize("value", [
+    "https://hub:8000", "hub:8000", "http://hub:0", "http://hub:70000", "http://hub?x=1",
+    "http://hub,,http://other", "http://hub,http://hub/", "http://user@hub", "ftp://hub",
+])
+def test_follow_invalid(value):
+    err = error_for({P + "hosts": "db1", P + "follow": value})
+    assert err.variable == P + "follow"
+
+
+@pytest.mark.parametrize("value", ["0", "1999", "-1", "3600001", "soon"])
+def test_follow_timeout_invalid(value):
+    err = error_for({P + "hosts": "db1", P + "follow": "http://hub",
+                     P + "follow_timeout_ms": value})
+    assert err.variable == P + "follow_timeout_ms"

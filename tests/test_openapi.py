@@ -29,8 +29,9 @@ from openapi_spec_validator import OpenAPIV31SpecValidator
 from pgtopology import free_port
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
-from twisted.internet.defer import DeferredList, inlineCallbacks
-from twisted.web.client import HTTPConnectionPool
+from twisted.internet.defer import Deferred, DeferredList, inlineCallbacks
+from twisted.internet.protocol import Protocol
+from twisted.web.client import Agent, HTTPConnectionPool
 
 from pgstatus import openapi
 from pgstatus.api import StatusAPI
@@ -111,7 +112,8 @@ def test_document_names_exactly_the_routes_parameters_and_fields():
         if path == "/most_sync_by_bytes":
             want.discard("key")  # ignored there
         elif path not in SELECTION - {"/master"}:
-            want = {"host"} if path == "/status" else set()
+            want = {"host"} if path == "/status" else \
+                {"index"} if path == "/follow/check" else set()
         assert set(parameters(path)) == want, path
         assert "500" in item["get"]["responses"]
     h = HostStatus(0, "h", None, None)
@@ -137,14 +139,14 @@ def as_json_value(name: str, raw: str) -> Any:
     A query value as its parameter schema sees it: digits are an integer
     for integer parameters, anything else stays a string.
     """
-    schema = parameters("/replica")[name]["schema"]
+    schema = DOCUMENT["components"]["parameters"][name]["schema"]
     if schema.get("type") == "integer" and re.fullmatch(r"[0-9]+", raw):
         return int(raw)
     return raw
 
 
 def schema_accepts(name: str, raw: str) -> bool:
-    param = parameters("/replica")[name]
+    param = DOCUMENT["components"]["parameters"][name]
     if name == "timeline" and len(raw) > 12:
         # the one rule on the written form, stated in the description
         assert "At most 12 characters" in param["description"]
@@ -245,6 +247,7 @@ SAMPLES = {
     "timeline": ["1", "4294967295", "0", "4294967296", "-1", "x", ""],
     "wait_ms": ["0", "60000", "60001", "-1", "x", ""],
     "key": ["session-1", "k" * 256, "\u00fc" * 256, "k" * 257, "", "a b&c=d/é"],
+    "index": ["0", "1", "2", "3", "99999999999999999999", "-1", "x", "", "1.0", "\u00b2"],
 }
 
 
@@ -307,6 +310,8 @@ def corpus(hosts: list[str]) -> list[tuple[tuple[str, str, str, bool], str | Non
     for path in DOCUMENT["paths"]:
         for query, invalid in queries(path, hosts):
             for method in ("GET", "HEAD"):
+                if (method, path) == ("GET", "/follow"):
+                    continue  # a stream that stays open: test_follow_stream_conforms
                 for accept in (False, True):
                     out.append(((method, path, query, accept), invalid))
         for method in OTHER_METHODS:
@@ -351,14 +356,18 @@ def test_real_answers_conform(pg_topology, service, reactor):
             check(a)
             seen.setdefault(a.path, set()).add(a.code)
             if a.path in DOCUMENT["paths"] and a.method in ("GET", "HEAD"):
+                # a required parameter left out is a 400 too
+                required = {"/status": "host=", "/follow/check": "index="}.get(a.path)
                 assert (a.code == 400) == (invalid is not None or (
-                    a.path == "/status" and "host=" not in a.query)), a
+                    required is not None and required not in a.query)), a
                 if invalid is not None and a.method == "GET":
                     assert json.loads(a.body) == {"error_text": f"Invalid {invalid}"}, a
         for path in SELECTION - {"/master"}:
             assert seen[path] == {200, 400, 405}, (path, seen[path])
         assert seen["/master"] == {200, 405}
         assert seen["/status"] == {200, 400, 404, 405}
+        assert seen["/follow/check"] == {200, 400, 404, 405}
+        assert seen["/follow"] == {200, 405}  # HEAD; GET streams (tested on its own)
         for path in ("/hosts", "/version", "/live", "/ready", "/openapi.json"):
             assert seen[path] == {200, 405}, path
         a = yield client.one("GET", "/openapi.json")
@@ -449,4 +458,46 @@ def test_answers_before_readiness_conform(blackhole, service, reactor):
             else:
                 assert a.code == 503, a
     finally:
+        yield client.close()
+
+
+@pytest.mark.pg
+@pytest_twisted.inlineCallbacks
+def test_follow_stream_conforms(pg_topology, service, reactor):
+    """
+    ``GET /follow``: ``text/event-stream``; its first event is a snapshot
+    that the document's ``FollowSnapshot`` schema accepts, then heartbeats.
+    """
+    topo = pg_topology
+    svc, client = service({**topo.hosts_env(), **FAST})
+    yield wait_until(reactor, lambda: svc.view.ready, 10, "readiness")
+    got: list[bytes] = []
+    done = Deferred()
+
+    class Events(Protocol):
+        def dataReceived(self, data: bytes) -> None:
+            got.append(data)
+            if b"event: heartbeat" in b"".join(got) and not done.called:
+                done.callback(None)
+
+    agent = Agent(reactor)
+    r = yield agent.request(b"GET", (svc.base + "/follow").encode())
+    try:
+        assert r.code == 200
+        assert r.headers.getRawHeaders("content-type") == ["text/event-stream"]
+        assert "200" in DOCUMENT["paths"]["/follow"]["get"]["responses"]
+        proto = Events()
+        r.deliverBody(proto)
+        yield done
+        frames = b"".join(got).split(b"\n\n")
+        assert frames[0].startswith(b"event: snapshot\ndata: ")
+        snapshot = json.loads(frames[0].split(b"data: ", 1)[1])
+        schema = {"$ref": "#/components/schemas/FollowSnapshot", **{
+            k: v for k, v in DOCUMENT.items() if k == "components"}}
+        errors = [e.message for e in Draft202012Validator(schema).iter_errors(snapshot)]
+        assert not errors, errors
+        assert [h["host"] for h in snapshot["hosts"]] == [n.host for n in topo.nodes]
+        assert snapshot["master"] == 0
+    finally:
+        proto.transport.stopProducing()
         yield client.close()
