@@ -7,7 +7,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv run test test-fast lint bench bench-fresh bench-rate soak clean
+.PHONY: venv run test test-fast lint bench bench-fresh bench-rate bench-follow soak clean
 
 $(STAMP): setup.py pyproject.toml
 	bash .ci/system-deps
@@ -49,6 +49,11 @@ bench-fresh: $(STAMP)
 ## Latency at a fixed 10,000 requests/s.
 bench-rate: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) tests/bench/fixed_rate.py
+
+## Follower mode: one hub, 200 followers (sessions, hub CPU, role-change delay,
+## fast-path cost, fallback when the hub is killed).
+bench-follow: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) tests/bench/followers.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info bench-results .pytest_cache .hypothesis
