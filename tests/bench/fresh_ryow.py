@@ -8,7 +8,9 @@ Then, for each of ``--reads`` reads: commit a row, read the insert LSN and
 timeline as the spec prescribes, and ask ``/replica?min_lsn=…&timeline=…``
 with and without ``wait_ms``.  Every replica answered is checked to contain
 the row.  Reports the replica share and the extra status queries per second
-(replica checks counted in the service's debug log).
+(replica checks counted in the service's debug log).  The same reads are
+then sent to a follower of that service (follower mode), whose ``wait_ms``
+reads ask the service for the extra checks.
 """
 
 from __future__ import annotations
@@ -103,6 +105,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reads", type=int, default=500)
     ap.add_argument("--wait-ms", type=int, default=20)
+    ap.add_argument("--no-follower", action="store_true",
+                    help="skip the runs against a follower of the service")
     args = ap.parse_args()
     topo = PgTopology.start(replicas=2)
     stop = threading.Event()
@@ -129,8 +133,34 @@ def main() -> int:
             if time.monotonic() > deadline:
                 raise RuntimeError("service not ready")
             time.sleep(0.1)
-        results = [run(topo, port, args.reads, 0, logfile),
-                   run(topo, port, args.reads, args.wait_ms, logfile)]
+        results = [dict(run(topo, port, args.reads, 0, logfile), on="hub"),
+                   dict(run(topo, port, args.reads, args.wait_ms, logfile), on="hub")]
+        if not args.no_follower:
+            # the same reads against a follower of that service (follower
+            # mode): its wait_ms reads ask the hub for the extra checks
+            fport = free_port()
+            fenv = dict(env, pg_status__http_port=str(fport), pg_status__log_level="info",
+                        pg_status__follow=f"http://127.0.0.1:{port}")
+            follower = subprocess.Popen([twistd, "-n", "--pidfile=", "pgstatus"], env=fenv,
+                                        cwd=ROOT, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+            try:
+                deadline = time.monotonic() + 30
+                while True:
+                    try:
+                        if get(fport, "/ready") == "OK":
+                            break
+                    except OSError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("follower not ready")
+                    time.sleep(0.1)
+                results += [dict(run(topo, fport, args.reads, 0, logfile), on="follower"),
+                            dict(run(topo, fport, args.reads, args.wait_ms, logfile),
+                                 on="follower")]
+            finally:
+                follower.terminate()
+                follower.wait(10)
     finally:
         stop.set()
         if proc is not None:
@@ -138,11 +168,11 @@ def main() -> int:
             proc.wait(10)
         bg.join(5)
         topo.teardown()
-    print("\n| wait_ms | reads (per s) | answered by a replica | rows verified | status "
+    print("\n| asked | wait_ms | reads (per s) | answered by a replica | rows verified | status "
           "queries/s on the replicas (2/s are the scheduled checks) | p50 ms | p99 ms |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
-        print(f"| {r['wait_ms']} | {r['reads']} ({r['reads_per_s']:.0f}) | "
+        print(f"| {r['on']} | {r['wait_ms']} | {r['reads']} ({r['reads_per_s']:.0f}) | "
               f"{r['replica_share']:.1%} | {r['verified_rows']} | "
               f"{r['replica_checks_per_s']:.1f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} |")
     os.makedirs(os.path.join(ROOT, "bench-results"), exist_ok=True)
