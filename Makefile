@@ -7,7 +7,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv run test test-fast lint bench bench-fresh bench-rate bench-follow soak clean
+.PHONY: venv run test test-fast lint bench bench-fresh bench-rate bench-follow bench-quota soak clean
 
 $(STAMP): setup.py pyproject.toml
 	bash .ci/system-deps
@@ -54,6 +54,11 @@ bench-rate: $(STAMP)
 ## fast-path cost, fallback when the hub is killed).
 bench-follow: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) tests/bench/followers.py
+
+## Under a CPU quota (cgroup v1, 0.1 and 0.25 vCPU): latency at fixed rates,
+## throttled periods, CPU per request, time to /ready.  Needs root.
+bench-quota: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) tests/bench/quota.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info bench-results .pytest_cache .hypothesis

@@ -1,0 +1,245 @@
+"""
+pg-status under a CPU quota (``make bench-quota``), as a sidecar with
+``limits.cpu: 100m`` runs.
+
+The service runs in a cgroup of its own (cgroup v1 ``cpu`` and ``cpuacct``
+controllers: ``cpu.cfs_quota_us`` per ``cpu.cfs_period_us`` of 100 ms,
+``cpu.stat`` for throttled periods, ``cpuacct.usage`` for CPU), from its
+very first instruction, against the local primary + two replicas with a
+background writer committing about 100 transactions/s.  A client outside
+the quota sends ``GET /master`` at a fixed rate over 8 keep-alive
+connections; each request's latency is counted from the time it was
+scheduled, so a stalled service is not hidden by a client that waits for it
+(no coordinated omission).
+
+Reports, per quota and rate: p50 / p99 / max latency, periods throttled,
+CPU per request; and the time from the start of the process to ``/ready``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from pgtopology import PgTopology, free_port  # noqa: E402
+
+CPU = "/sys/fs/cgroup/cpu"
+CPUACCT = "/sys/fs/cgroup/cpuacct"
+PERIOD_US = 100_000
+
+
+class Cgroup:
+    """
+    A cgroup v1 pair (cpu, cpuacct) with a CFS quota.
+    """
+
+    def __init__(self, name: str, cpus: float) -> None:
+        self.dirs = [os.path.join(CPU, name), os.path.join(CPUACCT, name)]
+        for d in self.dirs:
+            os.makedirs(d, exist_ok=True)
+        self._write(CPU, name, "cpu.cfs_period_us", PERIOD_US)
+        self._write(CPU, name, "cpu.cfs_quota_us", int(cpus * PERIOD_US))
+        self.name = name
+
+    @staticmethod
+    def _write(root: str, name: str, f: str, value: int) -> None:
+        with open(os.path.join(root, name, f), "w") as fh:
+            fh.write(str(value))
+
+    def procs_files(self) -> list[str]:
+        return [os.path.join(d, "cgroup.procs") for d in self.dirs]
+
+    def throttled(self) -> tuple[int, int]:
+        """``(nr_periods, nr_throttled)``."""
+        with open(os.path.join(self.dirs[0], "cpu.stat")) as f:
+            stat = dict(line.split() for line in f)
+        return int(stat["nr_periods"]), int(stat["nr_throttled"])
+
+    def usage_ns(self) -> int:
+        with open(os.path.join(self.dirs[1], "cpuacct.usage")) as f:
+            return int(f.read())
+
+    def remove(self) -> None:
+        for d in self.dirs:
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+
+
+def writer(topo: PgTopology, stop: threading.Event, rate: float = 100.0) -> None:
+    conn = topo.primary.connect(application_name="bench-writer")
+    try:
+        with conn.cursor() as cur:
+            while not stop.is_set():
+                cur.execute("INSERT INTO rw_check (payload) VALUES ('bg')")
+                time.sleep(1 / rate)
+    finally:
+        conn.close()
+
+
+REQUEST = b"GET /master HTTP/1.1\r\nHost: pg-status\r\n\r\n"
+
+
+def paced(port: int, rate: float, seconds: float, connections: int = 8) -> list[float]:
+    """
+    Latencies (ms, from the scheduled send time) of ``GET /master`` at
+    ``rate`` requests/s over ``connections`` keep-alive connections.
+    """
+    out: list[float] = []
+    lock = threading.Lock()
+    start = time.monotonic() + 0.2
+    per = rate / connections
+
+    def run(k: int) -> None:
+        s = socket.create_connection(("127.0.0.1", port))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        mine = []
+        n = 0
+        t0 = start + k / rate  # connections interleaved
+        while True:
+            due = t0 + n / per
+            if due - start >= seconds:
+                break
+            now = time.monotonic()
+            if due > now:
+                time.sleep(due - now)
+            s.sendall(REQUEST)
+            buf = b""
+            while True:
+                buf += s.recv(65536)
+                head, sep, rest = buf.partition(b"\r\n\r\n")
+                if sep:
+                    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                    if len(rest) >= length:
+                        break
+            mine.append((time.monotonic() - due) * 1000)
+            n += 1
+        s.close()
+        with lock:
+            out.extend(mine)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(connections)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(p / 100 * len(values)))]
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+    except OSError:
+        return 0, ""
+
+
+def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float) -> dict:
+    group = Cgroup(f"pgstatus-bench-{os.getpid()}", cpus)
+    port = free_port()
+    env = dict(os.environ, **topo.hosts_env(), PYTHONPATH=ROOT,
+               pg_status__http_listen_address="127.0.0.1", pg_status__http_port=str(port))
+    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
+    enter = " ".join(f"echo $$ > {f};" for f in group.procs_files())
+    t0 = time.monotonic()
+    proc = subprocess.Popen(["sh", "-c", f"{enter} exec {twistd} -n --pidfile= pgstatus"],
+                            env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    result: dict = {"cpus": cpus, "rates": []}
+    try:
+        live = None
+        while True:
+            code, _ = get(port, "/ready")
+            if code == 200:
+                break
+            if live is None and code:
+                live = time.monotonic() - t0
+            if time.monotonic() - t0 > 120:
+                raise RuntimeError("not ready within 120 s")
+            time.sleep(0.01)
+        result["ready_s"] = round(time.monotonic() - t0, 2)
+        result["live_s"] = round(live, 2) if live is not None else None
+        time.sleep(2)
+        periods0, thr0 = group.throttled()
+        idle0 = group.usage_ns()
+        time.sleep(5)
+        periods1, thr1 = group.throttled()
+        result["idle"] = {"cpu_ms_per_s": round((group.usage_ns() - idle0) / 5e6, 2),
+                          "throttled": f"{thr1 - thr0}/{periods1 - periods0}"}
+        for rate in rates:
+            periods0, thr0 = group.throttled()
+            u0 = group.usage_ns()
+            lat = paced(port, rate, seconds)
+            u1 = group.usage_ns()
+            periods1, thr1 = group.throttled()
+            result["rates"].append({
+                "rate": rate, "requests": len(lat),
+                "p50_ms": round(pct(lat, 50), 2), "p99_ms": round(pct(lat, 99), 2),
+                "max_ms": round(max(lat), 2),
+                "throttled": f"{thr1 - thr0}/{periods1 - periods0}",
+                "cpu_us_per_request": round((u1 - u0) / 1000 / len(lat), 1),
+            })
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        group.remove()
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--cpus", type=float, nargs="+", default=[0.1, 0.25])
+    ap.add_argument("--rates", type=int, nargs="+", default=[200, 500, 1000, 1500])
+    ap.add_argument("--seconds", type=float, default=15)
+    args = ap.parse_args()
+    if not os.path.isdir(CPU) or not os.access(CPU, os.W_OK):
+        print(f"bench-quota needs a writable cgroup v1 cpu controller at {CPU}", file=sys.stderr)
+        return 2
+    topo = PgTopology.start(replicas=2)
+    stop = threading.Event()
+    bg = threading.Thread(target=writer, args=(topo, stop), daemon=True)
+    results = []
+    try:
+        bg.start()
+        for cpus in args.cpus:
+            results.append(run_quota(topo, cpus, args.rates, args.seconds))
+    finally:
+        stop.set()
+        bg.join(5)
+        topo.teardown()
+    print("\n| vCPU | start → /ready | idle CPU (throttled periods) | `/master` at | "
+          "p50 / p99 / max ms | throttled periods | CPU per request |")
+    print("|---:|---:|---|---:|---|---:|---:|")
+    for r in results:
+        for i, x in enumerate(r["rates"]):
+            first = (f"| {r['cpus']} | {r['ready_s']} s | {r['idle']['cpu_ms_per_s']} ms/s "
+                     f"({r['idle']['throttled']}) |") if i == 0 else "| | | |"
+            print(f"{first} {x['rate']}/s | {x['p50_ms']} / {x['p99_ms']} / {x['max_ms']} | "
+                  f"{x['throttled']} | {x['cpu_us_per_request']} µs |")
+    os.makedirs(os.path.join(ROOT, "bench-results"), exist_ok=True)
+    with open(os.path.join(ROOT, "bench-results", "quota.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
