@@ -173,6 +173,7 @@ class FollowerService(Service):
         self.switches = 0
         #: snapshots published
         self.snapshots = 0
+        self._last_data: bytes | None = None
 
     # -- service ---------------------------------------------------------
 
@@ -189,6 +190,28 @@ class FollowerService(Service):
         self._silence = self._stall = self._retry = None
         self._abort()
         return self._pool.closeCachedConnections()
+
+    def reconfigured(self, config: Config) -> None:
+        """
+        After a reload (the monitor has republished its own host states):
+        while following, publish the last snapshot again for the new host
+        list, or, if it no longer fits, poll on our own at once.  The hubs
+        and the timeout need a restart.
+        """
+        self.config = config
+        if self.mode != FOLLOWING or self._last_data is None:
+            return
+        try:
+            _, ready, master, statuses = decode(self._last_data, config.hosts)
+        except SnapshotError as e:
+            self._refuse(self.hub or "?", f"after the reload: {e}")
+            self._abort()
+            self._next()
+            if self._silence is not None and self._silence.active():
+                self._silence.cancel()
+            self._silent()
+            return
+        self._monitor.registry.mirror(statuses, master, ready)
 
     # -- fresh reads ---------------------------------------------------------
 
@@ -310,6 +333,7 @@ class FollowerService(Service):
             return True
         if self.mode != FOLLOWING:
             self._follow(stream.hub)
+        self._last_data = data
         self.last_event = self.last_snapshot = now
         self.version = version
         self.snapshots += 1

@@ -23,15 +23,22 @@ from pgstatus.state import View
 MIN_EXTRA_INTERVAL = 0.01
 #: the most requests waiting at once; more are answered at once
 MAX_WAITERS = 10000
+#: a waiting request asks again for checks of the hosts that are still
+#: behind after this long, then after twice as long, and so on
+RECHECK_AFTER = 0.01
 
 
 class _Waiter:
-    __slots__ = ("test", "d", "timer")
+    __slots__ = ("test", "d", "timer", "hosts", "again_at", "gap")
 
-    def __init__(self, test: Callable[[View], bool], d: Deferred[None], timer: Any) -> None:
+    def __init__(self, test: Callable[[View], bool], d: Deferred[None], timer: Any,
+                 hosts: tuple[int, ...], now: float) -> None:
         self.test = test
         self.d = d
         self.timer = timer
+        self.hosts = hosts
+        self.gap = RECHECK_AFTER
+        self.again_at = now + RECHECK_AFTER
 
 
 class FreshReads:
@@ -68,13 +75,17 @@ class FreshReads:
         if len(self._waiters) >= MAX_WAITERS:
             d.callback(None)
             return d
-        waiter = _Waiter(test, d, None)
+        hosts = tuple(hosts)
+        waiter = _Waiter(test, d, None, hosts, self._clock.seconds())
         waiter.timer = self._clock.callLater(timeout, self._expire, waiter)
         self._waiters.append(waiter)
+        self._ask(hosts)
+        return d
+
+    def _ask(self, hosts: Iterable[int]) -> None:
         for i in hosts:
             self.extra_checks_requested += 1
             self._check_soon(i)
-        return d
 
     def _expire(self, waiter: _Waiter) -> None:
         try:
@@ -90,6 +101,8 @@ class FreshReads:
         if not self._waiters:
             return
         done = [w for w in self._waiters if w.test(new)]
+        if len(done) < len(self._waiters):
+            self._ask_again(done)
         if not done:
             return
         for w in done:
@@ -98,3 +111,20 @@ class FreshReads:
                 w.timer.cancel()
         for w in done:
             w.d.callback(None)
+
+    def _ask_again(self, done: list[_Waiter]) -> None:
+        """
+        A check came back and the view still does not serve a waiting
+        request (the replica had not replayed the write yet when it was
+        checked): ask again for its hosts, spaced by a doubling gap, so a
+        replica that stays behind is not checked in a loop.
+        """
+        now = self._clock.seconds()
+        hosts: set[int] = set()
+        for w in self._waiters:
+            if now >= w.again_at and w not in done:
+                hosts.update(w.hosts)
+                w.gap *= 2
+                w.again_at = now + w.gap
+        self._ask(sorted(hosts))
+

@@ -209,6 +209,8 @@ class PgStatusService(MultiService):
                 config_log.warn("{warning}", warning=w)
         self.api.renderer.reconfigure(config)
         added, removed = self.monitor.reconfigure(config)
+        if self.follower is not None:
+            self.follower.reconfigured(config)
         self.config = config
         log.info("configuration reloaded file={file} changed={changed} added_hosts={added} "
                  "removed_hosts={removed}",

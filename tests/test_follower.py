@@ -242,7 +242,7 @@ def test_fresh_reads_through_the_hub(pg_topology, daemons, service, reactor):
     """
     wait_ms on a follower: the hub checks the replicas at once (asked by
     the follower), so a read right after a write gets a replica although
-    the hub's period is 5 s.
+    the hub's period is 5 s; the hub counts those checks as extra ones.
     """
     topo = pg_topology
     slow = {"pg_status__sleep_ms": "5000", "pg_status__query_timeout_ms": "1000"}
@@ -258,7 +258,41 @@ def test_fresh_reads_through_the_hub(pg_topology, daemons, service, reactor):
         r = yield fol.get(f"/replica?min_lsn={lsn}&timeline={tl}&wait_ms=1000")
         got.append(r.text)
     assert set(got) <= replicas, got
-    # without wait_ms the same kind of read goes to the master (nothing checked)
-    lsn, tl, _ = yield blocking(topo.write)
-    r = yield fol.get(f"/replica?min_lsn={lsn}&timeline={tl}")
+    # the replicas were checked by the hub, out of its schedule, at our asking
+    code, text = yield blocking(hub.get, "/metrics")
+    extra = [int(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+             if line.startswith("pgstatus_host_extra_checks_total{")]
+    assert extra[0] == 0 and extra[1] + extra[2] >= 3, extra
+
+
+@pytest_twisted.inlineCallbacks
+def test_reload_keeps_following(pg_topology, daemons, service, reactor, tmp_path):
+    """
+    A reload (SIGHUP) of a follower republishes the hub's last snapshot,
+    so answers do not fall back to the follower's own (never checked) host
+    states; a reload to another host list makes it poll on its own.
+    """
+    topo = pg_topology
+    hub = yield blocking(daemons, {**topo.hosts_env(), **HUB})
+    yield blocking(hub.wait_ready)
+    env_file = tmp_path / "pg-status.env"
+    env_file.write_text("pg_status__sync_max_lag_ms=1000\n")
+    fol = service({**follower_env(topo, hub), "pg_status__env_file": str(env_file)})
+    yield wait_until(reactor, ready(fol), 5, "follower readiness")
+    env_file.write_text("pg_status__sync_max_lag_ms=2000\n")
+    assert fol.svc.reload()
+    assert fol.view.master is not None and fol.view.master.name == topo.primary.host
+    assert all(h.alive for h in fol.view.hosts)
+    r = yield fol.get("/master")
     assert r.text == topo.primary.host
+    assert fol.svc.follower.mode == "following"
+    # another host list: the hub's snapshots no longer fit
+    env_file.write_text("pg_status__hosts=" + ",".join(n.host for n in topo.nodes[:2]) + "\n"
+                        "pg_status__pg_port=" + ",".join(str(n.port) for n in topo.nodes[:2])
+                        + "\n")
+    assert fol.svc.reload()
+    assert fol.svc.follower.mode == "polling"
+    yield wait_until(reactor, lambda: fol.view.master is not None
+                     and fol.view.master.name == topo.primary.host
+                     and all(h.alive for h in fol.view.hosts), 5, "own checks")
+    assert len(fol.view.hosts) == 2

@@ -382,6 +382,38 @@ def test_fresh_reads_release_on_view_and_expire() -> None:
     assert done == ["a", "b"] and fresh.waiting == 0
 
 
+def test_fresh_reads_ask_again_with_a_doubling_gap() -> None:
+    """
+    A view that still does not serve a waiting request makes it ask again
+    for its hosts' checks: after 10 ms, then 20, 40, ... never in a loop.
+    """
+    from pgstatus.freshness import FreshReads
+    from pgstatus.state import View
+
+    clock = Clock()
+    asked = []
+    fresh = FreshReads(clock, asked.append)
+    fresh.wait(lambda v: v.generation >= 100, 1.0, [1])
+    assert asked == [1]
+    views = iter(range(1, 1000))
+
+    def publish() -> None:
+        g = next(views)
+        fresh.published(View((), None, True, g), View((), None, True, g + 1))
+
+    publish()  # too soon: no new request
+    assert asked == [1]
+    times = []
+    for _ in range(100):  # a view every 5 ms for 0.5 s
+        clock.advance(0.005)
+        n = len(asked)
+        publish()
+        if len(asked) > n:
+            times.append(round(clock.seconds(), 3))
+    # at the first view after each due time (views come every 5 ms)
+    assert times == pytest.approx([0.01, 0.03, 0.07, 0.15, 0.31], abs=0.0051)
+
+
 def test_poll_errors_rate_limited_per_interval() -> None:
     """
     A host failing every 100 ms for 2.95 s with poll_error_log_interval_ms
