@@ -21,6 +21,7 @@ database ``postgres`` points at the node; the admin console is the database
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shutil
 import signal
@@ -37,6 +38,8 @@ from pgtopology import (
     PgNode,
     _env,
     _make_pg_dir,
+    _mark_owner,
+    _owner_alive,
     _pg_ids,
     _run_as,
     free_port,
@@ -65,6 +68,31 @@ BASE_SETTINGS: dict[str, str] = {
 }
 
 
+DIR_PREFIX = "pgstatus-bouncer-"
+_SWEPT = False
+
+
+def _sweep_stale() -> None:
+    """
+    Once per process: stop the poolers of test runs that were killed before
+    their teardown, and remove their directories (those of live runs stay).
+    """
+    global _SWEPT
+    if _SWEPT:
+        return
+    _SWEPT = True
+    for root in glob.glob(os.path.join(scratch_dir(), DIR_PREFIX + "*")):
+        if _owner_alive(root):
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            with open(os.path.join(root, "pgbouncer.pid")) as f:
+                pid = int(f.readline())
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if root.encode() in f.read():
+                    os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(root, ignore_errors=True)
+
+
 class PgBouncer:
     """
     One ``pgbouncer`` process pooling the database ``postgres`` of ``node``.
@@ -88,7 +116,9 @@ class PgBouncer:
         self.host = listen_host or node.host
         self.port = 0
         self.settings = {**BASE_SETTINGS, **(extra or {})}
-        self.directory = tempfile.mkdtemp(prefix="pgstatus-bouncer-", dir=scratch_dir())
+        _sweep_stale()
+        self.directory = tempfile.mkdtemp(prefix=DIR_PREFIX, dir=scratch_dir())
+        _mark_owner(self.directory)
         _make_pg_dir(self.directory)
         self.ini = os.path.join(self.directory, "pgbouncer.ini")
         self.auth_file = os.path.join(self.directory, "userlist.txt")

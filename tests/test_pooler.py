@@ -181,8 +181,10 @@ def test_checks_through_transaction_poolers(pg_topology, pgbouncer, service, log
         pool = yield blocking(b.pool, MONITOR_USER)
         assert pool["pool_mode"] == "transaction"
         assert pool["sv_active"] + pool["sv_idle"] + pool["sv_used"] + pool["sv_tested"] <= 1
-        backends = yield blocking(node.connections, MONITOR_USER)
-        assert backends == 1, (node.name, backends)
+        # (polled: a backend of an earlier test may still be exiting)
+        yield wait_until(reactor, lambda node=node: blocking(node.connections, MONITOR_USER)
+                         .addCallback(lambda n: n == 1), 5,
+                         f"one backend of {MONITOR_USER} on {node.name}")
         log = b.log_text(marks[i])
         assert "pooler error" not in log and "ERROR" not in log, log[-2000:]
     xacts = [int(s1["total_xact_count"] - s0["total_xact_count"])
@@ -252,8 +254,8 @@ def test_postgres_down_behind_pooler_is_dead_then_backs_off(guarded_topology, pg
     bound; then, with the primary selected as master, its checks, which
     fail after the pooler's authentication, are spaced 2, 4, then 8 s with
     the default settings (counted as login attempts in the pooler's log).
-    Started again, it is back within the longest period plus the pooler's
-    server_login_retry and one check.
+    Started again, it is back within two of the longest periods plus the
+    pooler's server_login_retry.
     """
     topo = guarded_topology
     victim = topo.replicas[-1]
@@ -287,14 +289,18 @@ def test_postgres_down_behind_pooler_is_dead_then_backs_off(guarded_topology, pg
 
     t1 = reactor.seconds()
     yield blocking(victim.start)
-    back_within = MAX_DEAD_PERIOD + 1 + 1 + 2
+    # PgBouncer connects again on its own only every server_login_retry while
+    # a client waits in its queue (the connection the deadline cut stays
+    # there up to query_wait_timeout); else at a login, which it refuses
+    # meanwhile: up to two periods, plus the retry and a margin
+    back_within = 2 * MAX_DEAD_PERIOD + 1 + 2
     yield wait_until(reactor, healthy(svc, victim.host), back_within + 2, "recovery")
     t_up = log.first(lambda v: status(v, victim.host).healthy, t1)
     print(f"[pooler] postgres down behind pooler: possibly_dead={t_pd - t0:.2f}s "
           f"dead={t_dead - t0:.2f}s (allowed {allow:.2f}s); check spacing while dead: "
           f"{[round(g, 2) for g in gaps]}; recovered {t_up - t1:.2f}s after start")
     for got, want in zip(gaps, [2.0, 4.0, 8.0], strict=True):
-        assert want - 0.15 <= got <= want + 0.6, gaps
+        assert want - 0.3 <= got <= want + 0.7, gaps
     assert checks_after >= 4
     assert t_up - t1 <= back_within, t_up - t1
 
