@@ -75,6 +75,7 @@ def poolers(pgbouncer: Any, nodes: list[PgNode], extra: dict[str, str]) -> Any:
 
 
 def healthy(svc: RunningService, *names: str) -> Any:
+    """A predicate for ``wait_until``: ready, and every named host healthy."""
     return lambda: svc.view.ready and all(svc.host(n).healthy for n in names)
 
 
