@@ -353,8 +353,16 @@ class PostgresProbe:
         if not self.connected:
             self._close_conn()
             await self._connect(deadline)
-        else:
-            deadline.start()
+            try:
+                return await self._query(started)
+            except CheckFailed as e:
+                # The connection got through TLS and authentication, so the
+                # failure is late: a pooler whose PostgreSQL is down (e.g.
+                # PgBouncer with a cached server welcome) authenticates the
+                # client, then closes it at the first query.
+                e.late = True
+                raise
+        deadline.start()
         return await self._query(started)
 
     async def _connect(self, deadline: Deadline) -> None:
@@ -514,7 +522,9 @@ class PostgresProbe:
                            _describe(e, self._config))
 
 
-_AUTH_SIGNS = ("FATAL:", "SSL", "authentication", "password", "certificate", "GSS")
+#: "ERROR:": a pooler's error at login, e.g. PgBouncer's "pgbouncer cannot
+#: connect to server" (PostgreSQL itself sends FATAL)
+_AUTH_SIGNS = ("FATAL:", "ERROR:", "SSL", "authentication", "password", "certificate", "GSS")
 
 
 def _reached_auth(message: str) -> bool:

@@ -17,6 +17,12 @@ Fixtures
 ``tcp_proxy`` (function)
     Factory: ``tcp_proxy(node)`` or ``tcp_proxy(host, port)`` starts a
     ``tests.tcpproxy.TcpProxy`` on the reactor; all are stopped after the test.
+``pgbouncer`` (function)
+    Factory: ``pgbouncer(node, extra=None)`` starts a real PgBouncer
+    (``tests/pgbouncer.py``, ``pool_mode = transaction``) in front of
+    ``node``, listening on the node's loopback address and a free port; all
+    are stopped and removed after the test.  Without the ``pgbouncer``
+    binary the tests fail; they never skip.
 ``reactor`` (function)
     The reactor that pytest-twisted runs.
 ``log_events`` (function)
@@ -51,6 +57,7 @@ import pytest_twisted
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from pgbouncer import PgBouncer  # noqa: E402
 from pgtopology import PgNode, PgTopology  # noqa: E402
 from tcpproxy import TcpProxy  # noqa: E402
 
@@ -146,6 +153,26 @@ def tcp_proxy(reactor: Any) -> Iterator[Callable[..., TcpProxy]]:
     yield make
     for proxy in proxies:
         pytest_twisted.blockon(proxy.stop())
+
+
+@pytest.fixture
+def pgbouncer() -> Iterator[Callable[..., PgBouncer]]:
+    """
+    Factory of started poolers: ``pgbouncer(node, extra=None)`` (blocking:
+    call it through ``deferToThread`` while a service runs on the reactor).
+    """
+    started: list[PgBouncer] = []
+
+    def make(node: PgNode, extra: dict[str, str] | None = None,
+             listen_host: str | None = None) -> PgBouncer:
+        bouncer = PgBouncer(node, listen_host=listen_host, extra=extra)
+        started.append(bouncer)
+        bouncer.start()
+        return bouncer
+
+    yield make
+    for bouncer in started:
+        bouncer.remove()
 
 
 @pytest.fixture
