@@ -450,3 +450,34 @@ def test_poll_errors_rate_limited_per_interval() -> None:
         finally:
             globalLogPublisher.removeObserver(events.append)
             svc.stopService()
+
+
+def test_poll_error_lines_are_the_originals(log_events) -> None:
+    """
+    The three poll-error lines in the original's words and fields: an
+    operation failure (with errno), a timeout, an answer with other than
+    one row; each logged at error here (interval 0).
+    """
+    from pgstatus.logging import format_json, format_text
+
+    clock, svc, (p,) = make(sleep_ms="100", query_timeout_ms="50",
+                            poll_error_log_interval_ms="0")
+    svc.startService()
+    try:
+        p._take().errback(CheckFailed("connect", "Connection refused", errno=111))
+        clock.advance(0.1)
+        clock.advance(0.1)  # no answer: the deadline fires at 50 ms
+        p._take().errback(CheckFailed("validate_result", "0 rows instead of one", rows=0))
+    finally:
+        svc.stopService()
+    lines = [format_text(e).split(" ", 1)[1] for e in log_events
+             if e.get("log_namespace") == "pgstatus.monitor"
+             and e.get("log_format", "").startswith(POLL_ERRORS)]
+    assert lines == [
+        "ERROR monitor: PostgreSQL operation failed operation=connect host=h0 "
+        "error=Connection refused",
+        "ERROR monitor: PostgreSQL poll timed out host=h0 timeout_ms=50",
+        "ERROR monitor: unexpected PostgreSQL result row count host=h0 rows=0",
+    ]
+    first = next(e for e in log_events if e.get("log_format", "").startswith(POLL_ERRORS))
+    assert '"errno":111' in format_json(first)
