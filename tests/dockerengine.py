@@ -189,6 +189,11 @@ class DockerEngine:
             self._lock.close()
             self._lock = None
         if self._dirs is not None:
+            # dockerd leaves its default network namespace mounted there
+            with open("/proc/self/mounts") as f:
+                mounts = [line.split()[1] for line in f]
+            for m in sorted((m for m in mounts if m.startswith(self._dirs + "/")), reverse=True):
+                subprocess.run(["umount", m], check=False, capture_output=True)
             shutil.rmtree(self._dirs, ignore_errors=True)
             self._dirs = None
 

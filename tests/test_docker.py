@@ -116,6 +116,12 @@ def test_image_against_local_topology(docker_images: Images, pg_topology: PgTopo
 
     poll(lambda: health(c) == "healthy", 30, "the HEALTHCHECK to report healthy",
          interval=0.2)
+    # the image's own check, inside the container, timed by bash
+    timed = c.exec(["/bin/bash", "-c", "TIMEFORMAT='%3U %3S'; "
+                    "time /bin/bash /usr/local/lib/pg-status/healthcheck.sh"])
+    assert timed.exit_code == 0, timed.output
+    user, system = (float(x) for x in timed.output.decode().split()[-2:])
+    print(f"healthcheck CPU in the container: {(user + system) * 1000:.0f} ms")
 
     wrapped = c.get_wrapped_container()
     t0 = time.monotonic()
@@ -125,6 +131,7 @@ def test_image_against_local_topology(docker_images: Images, pg_topology: PgTopo
     logs = wrapped.logs().decode()
     assert wrapped.attrs["State"]["ExitCode"] == 0, logs
     assert took < 2, took
+    print(f"docker stop: exit code 0 after {took:.2f} s")
     assert "INFO main: received signal=SIGTERM" in logs
     assert "server stopped" in logs
 
@@ -145,7 +152,7 @@ def test_healthcheck_is_cheap_and_fails_without_server(docker_images: Images,
     poll(lambda: get(base + "/live") == (200, "OK"), 30, "/live in the container")
     runs = [healthcheck_cpu(port) for _ in range(5)]
     assert all(rc == 0 for rc, _ in runs), runs
-    assert min(cpu for _, cpu in runs) <= 0.005, runs
+    assert sorted(cpu for _, cpu in runs)[len(runs) // 2] <= 0.005, runs  # the median
     print(f"healthcheck CPU per run: {[round(cpu * 1000, 2) for _, cpu in runs]} ms")
     assert healthcheck_cpu(free_port())[0] == 1
 
