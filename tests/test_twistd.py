@@ -229,3 +229,46 @@ def test_daemon_stop_signal_exits_0_and_removes_pidfile(guarded_topology: PgTopo
             os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
+
+
+class _FakeReactor:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.running = True
+
+    def callFromThread(self, f, *args) -> None:  # noqa: N802 - Twisted's name
+        self.calls.append("callFromThread")
+        f(*args)
+
+    def stop(self) -> None:
+        from twisted.internet.error import ReactorNotRunning
+
+        if not self.running:
+            raise ReactorNotRunning()
+        self.running = False
+        self.calls.append("stop")
+
+
+def test_stop_signal_handlers_stop_once_and_keep_ignored_signals() -> None:
+    """
+    ``install_stop_signals``: SIGTERM schedules a reactor stop on the reactor
+    thread (a second one during shutdown is harmless); an ignored SIGINT stays
+    ignored; ``restore`` puts the previous handlers back.
+    """
+    from pgstatus.tap import install_stop_signals
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    reactor = _FakeReactor()
+    try:
+        restore = install_stop_signals(reactor)
+        assert restore is not None
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
+        assert reactor.calls == ["callFromThread", "stop", "callFromThread"]
+        restore()
+        assert signal.getsignal(signal.SIGTERM) == before[signal.SIGTERM]
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
