@@ -2,7 +2,7 @@
 # Build pg-status's base images from Debian packages, without a registry:
 #
 #   pg-status-local/debian:bookworm   debootstrap --variant=minbase, imported
-#   pg-status-local/python:3.11       + python3, venv, pip, ca-certificates
+#   pg-status-local/python:3.11       + python3, venv (pip through ensurepip), ca-certificates
 #   pg-status-local/postgres:15       + postgresql-15, gosu, and a small
 #                                       docker-entrypoint.sh (the subset of the
 #                                       official postgres image's that the demo
@@ -61,7 +61,7 @@ mirror() {
 # host networking, so apt reaches the mirror over the host's network.
 build() {
     local tag=$1 context=$2
-    "$DOCKER" build --network host --quiet -t "$tag" -f - "$context" >/dev/null
+    "$DOCKER" build --network host --force-rm --quiet -t "$tag" -f - "$context" >/dev/null
 }
 
 build_debian() {
@@ -78,6 +78,16 @@ build_debian() {
         cp /etc/apt/sources.list.d/debian.sources "$rootfs/etc/apt/sources.list.d/"
         rm -f "$rootfs/etc/apt/sources.list"
     fi
+    # as Debian's official images: apt keeps no package cache or downloaded
+    # .debs in image layers (a Dockerfile's `rm -rf /var/lib/apt/lists/*`
+    # alone would leave ~75 MB of /var/cache/apt behind)
+    cat > "$rootfs/etc/apt/apt.conf.d/docker-clean" <<'APT'
+DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";
+APT
+    echo 'Acquire::Languages "none";' > "$rootfs/etc/apt/apt.conf.d/docker-no-languages"
     chroot "$rootfs" apt-get clean
     rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin
     tar --numeric-owner -C "$rootfs" -c . | "$DOCKER" import \
@@ -86,7 +96,7 @@ build_debian() {
 }
 
 # The python:3.11-slim layout that docker/Dockerfile relies on: `python`,
-# `pip` and venv on PATH, ca-certificates.
+# venv (with pip inside each venv, from ensurepip) on PATH, ca-certificates.
 build_python() {
     have "$PYTHON_IMAGE" && return
     local ctx
@@ -97,7 +107,7 @@ build_python() {
 FROM $DEBIAN_IMAGE
 RUN apt-get update \\
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
-      python3 python3-venv python3-pip python-is-python3 ca-certificates \\
+      python3 python3-venv python-is-python3 ca-certificates \\
  && apt-get clean && rm -rf /var/lib/apt/lists/*
 CMD ["python3"]
 EOF

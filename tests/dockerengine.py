@@ -76,6 +76,11 @@ class DockerEngine:
     _dirs: str | None = None
     _log: str | None = None
 
+    @property
+    def owned(self) -> bool:
+        """Whether we started this engine (and own its data root)."""
+        return self._proc is not None
+
     def env(self, **extra: str) -> dict[str, str]:
         """The process environment for docker, compose and testcontainers."""
         env = dict(os.environ)
@@ -256,7 +261,8 @@ def build_pg_status(engine: DockerEngine, images: Images) -> None:
     Build ``docker/Dockerfile`` as ``images.pg_status`` on ``images.python``,
     with host networking, passing the pip settings of this environment.
     """
-    args = ["build", "--network", "host", "-f", "docker/Dockerfile", "-t", images.pg_status,
+    args = ["build", "--network", "host", "--force-rm", "-f", "docker/Dockerfile",
+            "-t", images.pg_status,
             "--build-arg", f"PYTHON_IMAGE={images.python}"]
     for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST"):
         if os.environ.get(name):
@@ -264,3 +270,6 @@ def build_pg_status(engine: DockerEngine, images: Images) -> None:
     with tempfile.TemporaryDirectory(prefix="pg-status-build.") as ctx:
         build_context(ctx)
         engine.run([*args, "."], timeout=900, cwd=ctx)
+    if engine.owned:
+        # earlier builds' stages pile up in our data root; keep a day's cache
+        engine.run(["image", "prune", "-f", "--filter", "until=24h"])
