@@ -91,7 +91,7 @@ def install_stop_signals(reactor: Any) -> Callable[[], None] | None:
     def handler(signum: int, frame: FrameType | None) -> None:
         reactor.callFromThread(stop, signum)
 
-    previous = {}
+    previous: dict[int, Any] = {}
     for sig in STOP_SIGNALS:
         before = signal.getsignal(sig)
         if before == signal.SIG_IGN:
