@@ -4,6 +4,7 @@
 
 PYTHON ?= python3
 VENV   ?= .venv
+PYTEST_ARGS ?=
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
@@ -22,9 +23,12 @@ venv: $(STAMP)
 run: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) tests/run_local.py
 
-## The whole test suite, real PostgreSQL included (never skipped).
+## The whole test suite, real PostgreSQL included (never skipped), and the
+## container tests (Docker image, Compose demo) when a Docker engine exists or
+## can be started (see tests/dockerengine.py; in CI they fail without one).
+## PYTEST_ARGS adds pytest arguments, e.g. PYTEST_ARGS="-m 'not docker'".
 test: $(STAMP)
-	PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -p no:randomly
+	PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -p no:randomly $(PYTEST_ARGS)
 
 ## Only the tests that need no PostgreSQL server.
 test-fast: $(STAMP)
@@ -61,4 +65,4 @@ bench-quota: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) tests/bench/quota.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info bench-results .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-newest build *.egg-info bench-results .pytest_cache .hypothesis

@@ -48,7 +48,10 @@ setup(
     },
     classifiers=[
         "Framework :: Twisted",
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3 :: Only",
         "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.13",
         "Topic :: Database",
     ],
 )

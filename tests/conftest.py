@@ -28,6 +28,16 @@ Fixtures
 ``log_events`` (function)
     Every log event published during the test, at any level, with
     ``.text()`` and ``.json()`` renderings in the service's formats.
+``docker_engine`` (session)
+    A Docker engine (``tests/dockerengine.py``): ``DOCKER_HOST``, or our own
+    ``dockerd`` started for the session, or the default socket.  Without one
+    the container tests skip with the reason, except in CI (``CI=true``),
+    where they fail.  Sets the testcontainers variables (ryuk off, host
+    connection mode) and ``DOCKER_HOST`` for the session.
+``docker_images`` (session)
+    The base images (local, from Debian packages, unless
+    ``PGSTATUS_DOCKER_PUBLIC_IMAGES=1``) and the pg-status image built from
+    ``docker/Dockerfile``.
 
 Rules for the shared topology
 -----------------------------
@@ -88,6 +98,46 @@ def service(reactor: Any) -> Iterator[Callable[..., Any]]:
     yield make
     for svc in started:
         pytest_twisted.blockon(svc.stop())
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> Iterator[Any]:
+    """A Docker engine for the session (see the module docstring)."""
+    from dockerengine import DockerEngine, EngineUnavailable
+
+    try:
+        engine = DockerEngine.find_or_start()
+    except EngineUnavailable as e:
+        if _in_ci():
+            pytest.fail(f"CI needs a Docker engine for the container tests: {e}")
+        pytest.skip(f"no Docker engine: {e}")
+    saved = {k: os.environ.get(k) for k in ("DOCKER_HOST", "TESTCONTAINERS_RYUK_DISABLED",
+                                            "TESTCONTAINERS_CONNECTION_MODE")}
+    os.environ.update(DOCKER_HOST=engine.host, TESTCONTAINERS_RYUK_DISABLED="true",
+                      TESTCONTAINERS_CONNECTION_MODE="docker_host")
+    try:
+        yield engine
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        engine.stop()
+
+
+@pytest.fixture(scope="session")
+def docker_images(docker_engine: Any) -> Any:
+    """Base images plus the pg-status image, built once per session."""
+    from dockerengine import base_images, build_pg_status
+
+    images = base_images(docker_engine)
+    build_pg_status(docker_engine, images)
+    return images
 
 
 @pytest.fixture(scope="session")

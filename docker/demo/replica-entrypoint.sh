@@ -8,7 +8,7 @@ set -euo pipefail
 : "${PRIMARY_HOST:?}" "${REPLICATION_PASSWORD:?}"
 
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
-    until pg_isready --quiet --host="$PRIMARY_HOST" --port=5432; do
+    until pg_isready --quiet --host="$PRIMARY_HOST" --port="${PRIMARY_PORT:-5432}"; do
         echo "waiting for $PRIMARY_HOST"
         sleep 1
     done
@@ -16,7 +16,7 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     chown postgres:postgres "$PGDATA"
     chmod 0700 "$PGDATA"
     gosu postgres env PGPASSWORD="$REPLICATION_PASSWORD" \
-        pg_basebackup --host="$PRIMARY_HOST" --port=5432 --username=replicator \
+        pg_basebackup --host="$PRIMARY_HOST" --port="${PRIMARY_PORT:-5432}" --username=replicator \
         --pgdata="$PGDATA" --wal-method=stream --write-recovery-conf \
         --checkpoint=fast --no-password
 fi
