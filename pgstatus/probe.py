@@ -305,8 +305,10 @@ class PostgresProbe:
         the connection, releasing its socket.
         """
         self._aborted = True
-        self._close_conn()
+        # what this check waits for, taken before closing: closing fails it,
+        # and its callbacks might already start the next check
         pending, self._pending = self._pending, None
+        self._close_conn()
         if pending is not None and not pending.called:
             pending.cancel()
 
