@@ -340,6 +340,11 @@ _MOST_SYNC_PARAMS = _REPLICA_PARAMS[:-1]
 # -- responses -----------------------------------------------------------
 
 RESPONSES: dict[str, Any] = {
+    "FollowsAnother": {
+        "description": "This instance follows another one (follower mode): it is no hub.",
+        "content": _json(_error(
+            "this pg-status follows another instance; follow a hub instead")),
+    },
     "NotReady": {
         "description": "Not every host has completed its first check yet. Answered before "
                        "any parameter is validated, whatever the `Accept` header.",
@@ -532,11 +537,7 @@ _ENDPOINTS: dict[str, tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = {
                                                    "required": ["version"]}},
                 }},
             },
-            "409": {
-                "description": "This instance follows another one.",
-                "content": _json(_error(
-                    "this pg-status follows another instance; follow a hub instead")),
-            },
+            "409": _ref("responses", "FollowsAnother"),
             "503": _ref("responses", "NotReady"),
             "500": _ref("responses", "InternalError"),
         },
@@ -553,11 +554,7 @@ _ENDPOINTS: dict[str, tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = {
                 "content": _json(_error("Invalid index")),
             },
             "404": {"description": "No host at that index. Empty body."},
-            "409": {
-                "description": "This instance follows another one.",
-                "content": _json(_error(
-                    "this pg-status follows another instance; follow a hub instead")),
-            },
+            "409": _ref("responses", "FollowsAnother"),
             "503": _ref("responses", "NotReady"),
             "500": _ref("responses", "InternalError"),
         },

@@ -36,6 +36,19 @@ def get(port: int, path: str) -> str:
         return r.read().decode()
 
 
+def wait_ready(port: int, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if get(port, "/ready") == "OK":
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not ready")
+        time.sleep(0.1)
+
+
 def replica_checks(logfile: str) -> int:
     """
     Replica status queries so far, counted from the service's debug log.
@@ -123,16 +136,7 @@ def main() -> int:
         log = open(logfile, "w")
         proc = subprocess.Popen([twistd, "-n", "--pidfile=", "pgstatus"], env=env, cwd=ROOT,
                                 stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if get(port, "/ready") == "OK":
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("service not ready")
-            time.sleep(0.1)
+        wait_ready(port, "service")
         results = [dict(run(topo, port, args.reads, 0, logfile), on="hub"),
                    dict(run(topo, port, args.reads, args.wait_ms, logfile), on="hub")]
         if not args.no_follower:
@@ -145,16 +149,7 @@ def main() -> int:
                                         cwd=ROOT, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
             try:
-                deadline = time.monotonic() + 30
-                while True:
-                    try:
-                        if get(fport, "/ready") == "OK":
-                            break
-                    except OSError:
-                        pass
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("follower not ready")
-                    time.sleep(0.1)
+                wait_ready(fport, "follower")
                 results += [dict(run(topo, fport, args.reads, 0, logfile), on="follower"),
                             dict(run(topo, fport, args.reads, args.wait_ms, logfile),
                                  on="follower")]

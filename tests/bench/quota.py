@@ -31,7 +31,9 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
+from fresh_ryow import writer  # noqa: E402
 from pgtopology import PgTopology, free_port  # noqa: E402
 
 CPU = "/sys/fs/cgroup/cpu"
@@ -76,17 +78,6 @@ class Cgroup:
                 os.rmdir(d)
             except OSError:
                 pass
-
-
-def writer(topo: PgTopology, stop: threading.Event, rate: float = 100.0) -> None:
-    conn = topo.primary.connect(application_name="bench-writer")
-    try:
-        with conn.cursor() as cur:
-            while not stop.is_set():
-                cur.execute("INSERT INTO rw_check (payload) VALUES ('bg')")
-                time.sleep(1 / rate)
-    finally:
-        conn.close()
 
 
 REQUEST = b"GET /master HTTP/1.1\r\nHost: pg-status\r\n\r\n"
