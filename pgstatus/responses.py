@@ -335,6 +335,8 @@ class Renderer:
     def __init__(self, current: Callable[[], View], config: Config, version: str,
                  fresh: FreshReads | None = None) -> None:
         self._current = current
+        #: returns the current view (the fast path's memo follows it)
+        self.current = current
         self._config = config
         self._fresh = fresh
         self._locality = Locality(

@@ -14,10 +14,8 @@ from twisted.application.service import MultiService
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python import usage
-from twisted.web.server import Site
 
 from pgstatus import __version__
-from pgstatus.agent import AgentService
 from pgstatus.api import StatusAPI
 from pgstatus.config import (
     ENV_FILE,
@@ -35,7 +33,10 @@ from pgstatus.listener import ListenerService
 from pgstatus.logging import LevelFilter, factory_observer, install_observer
 from pgstatus.metrics import MetricsRenderer
 from pgstatus.monitor import MonitorService
-from pgstatus.reload import install_sighup, plan_reload
+
+# Imported where used, so a daemon that does not use them does not load
+# them: pgstatus.agent (pg_status__agent_port), pgstatus.reload
+# (pg_status__env_file), and, through FastSite, twisted.web.server and Klein.
 
 log = Logger(namespace="pgstatus.main")
 http_log = Logger(namespace="pgstatus.http")
@@ -62,7 +63,7 @@ class HttpService(ListenerService):
 
     name = "http"
 
-    def __init__(self, reactor: Any, address: str, port: int, site: Site) -> None:
+    def __init__(self, reactor: Any, address: str, port: int, site: Any) -> None:
         super().__init__(reactor, address, port, site, http_log, "server")
 
 
@@ -103,7 +104,7 @@ class PgStatusService(MultiService):
         self.api = StatusAPI(lambda: self.monitor.registry.view, config, __version__,
                              self.fresh)
         self.site = FastSite(
-            self.api.resource(), self.api.renderer, reactor,
+            self.api.resource, self.api.renderer, reactor,
             max_connections=config.http_max_connections,
             idle_timeout=config.http_idle_timeout_ms / 1000,
             header_timeout=config.http_header_timeout_ms / 1000,
@@ -114,8 +115,10 @@ class PgStatusService(MultiService):
         self.http = HttpService(reactor, config.http_listen_address, config.http_port, self.site)
         self.http.setServiceParent(self)
         #: the HAProxy agent-check listener, only with pg_status__agent_port
-        self.agent: AgentService | None = None
+        self.agent: Any = None
         if config.agent_port:
+            from pgstatus.agent import AgentService
+
             self.agent = AgentService(reactor, config.http_listen_address, config.agent_port,
                                       lambda: self.monitor.registry.view)
             self.agent.setServiceParent(self)
@@ -140,6 +143,8 @@ class PgStatusService(MultiService):
             log.warn("{warning}", warning=w)
         super().startService()
         if self.env_file is not None:
+            from pgstatus.reload import install_sighup
+
             self._restore_sighup = install_sighup(self._reactor, self.reload)
 
     def stopService(self) -> Deferred[None] | None:
@@ -168,6 +173,8 @@ class PgStatusService(MultiService):
         """
         if self.env_file is None:
             return False
+        from pgstatus.reload import plan_reload
+
         try:
             values = read_env_file(self.env_file)
             values.pop(ENV_FILE, None)

@@ -167,3 +167,20 @@ def test_wire_memo_is_bounded_by_bytes():
         assert tail.endswith(body)
         assert wire._held <= 100_000
     assert len(wire._memo) <= 100_000 // 2000 + 1
+
+
+def test_constants_agree_with_twisted_web():
+    """
+    What the fast path writes without importing twisted.web.server is what
+    twisted.web writes: the reason phrase of every status the API answers,
+    the ``Server`` header and the longest accepted request head.
+    """
+    from twisted.web.http import HTTPChannel, responses
+    from twisted.web.server import version
+
+    from pgstatus import fastpath
+
+    for status in (200, 400, 404, 405, 500, 503):
+        assert fastpath.reason(status) == responses[status]
+    assert fastpath.SERVER_VERSION == version
+    assert fastpath.MAX_TOTAL == HTTPChannel.totalHeadersSize
