@@ -6,8 +6,12 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# The daemon as `pip install .` installs it (no extras: no treq, no
+# pyOpenSSL): what `make bench` and `make soak` run and measure.
+DAEMON_VENV ?= .venv-daemon
+DAEMON_STAMP := $(DAEMON_VENV)/.installed
 
-.PHONY: venv run test test-fast lint bench bench-fresh bench-rate soak clean
+.PHONY: venv run test test-fast lint bench bench-hosts bench-fresh bench-rate soak clean
 
 $(STAMP): setup.py pyproject.toml
 	bash .ci/system-deps
@@ -17,6 +21,12 @@ $(STAMP): setup.py pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+$(DAEMON_STAMP): setup.py pyproject.toml $(STAMP)
+	test -x $(DAEMON_VENV)/bin/python || $(PYTHON) -m venv $(DAEMON_VENV)
+	$(DAEMON_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DAEMON_VENV)/bin/python -m pip install --quiet .
+	touch $(DAEMON_STAMP)
 
 ## Start a local primary + two streaming replicas and pg-status against them.
 run: $(STAMP)
@@ -34,13 +44,17 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check pgstatus twisted tests
 
 ## Load benchmark (not part of `make test`); needs wrk and taskset.
-bench: $(STAMP)
-	PYTHONPATH=$(CURDIR) $(PY) tests/bench/run_bench.py
+bench: $(STAMP) $(DAEMON_STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) tests/bench/run_bench.py --twistd $(DAEMON_VENV)/bin/twistd
 
 ## Soak (not part of `make test`): 10 minutes of checked mixed HTTP load while a
 ## replica flaps and the master fails over; RSS, fds and PostgreSQL sessions.
-soak: $(STAMP)
-	PYTHONPATH=$(CURDIR) $(PY) tests/bench/soak.py
+soak: $(STAMP) $(DAEMON_STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) tests/bench/soak.py --twistd $(DAEMON_VENV)/bin/twistd
+
+## RSS with 1, 10 and 100 configured hosts, and the slope per host.
+bench-hosts: $(STAMP) $(DAEMON_STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) tests/bench/hosts_rss.py --twistd $(DAEMON_VENV)/bin/twistd --malloc
 
 ## Fresh read-your-writes: replica share with and without wait_ms.
 bench-fresh: $(STAMP)
@@ -51,4 +65,4 @@ bench-rate: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) tests/bench/fixed_rate.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info bench-results .pytest_cache .hypothesis
+	rm -rf $(VENV) $(DAEMON_VENV) build *.egg-info bench-results .pytest_cache .hypothesis

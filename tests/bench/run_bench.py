@@ -525,7 +525,7 @@ class Bench:
         if klein_only:
             cmd = [PYTHON, os.path.join(HERE, "launch.py"), "--no-fast-path"]
         else:
-            cmd = [TWISTD, "-n", "--pidfile=", "pgstatus"]
+            cmd = [self.args.twistd, "-n", "--pidfile=", "pgstatus"]
         cmd = ["taskset", "-c", str(SERVER_CORE), *cmd]
         with open(logfile, "ab") as out:
             p = self.procs.start(name, cmd, env=self.service_env(port), stdout=out)
@@ -546,20 +546,28 @@ class Bench:
         log(f"{name} pid {p.pid} listening on :{port}")
         return p, port, logfile
 
+    def daemon_python(self) -> str:
+        """The python of the environment the service runs in (next to twistd)."""
+        return os.path.join(os.path.dirname(self.args.twistd), "python")
+
     def import_floor(self) -> int:
-        """RSS (KiB) of a process that only imports what the service imports."""
+        """
+        RSS (KiB) of a process that only imports what the service imports
+        at start-up (Klein and twisted.web.server only come with a request
+        the fast path does not answer).
+        """
         code = (
             "import sys\n"
             "from twisted.internet import epollreactor; epollreactor.install()\n"
-            "import twisted.scripts.twistd, twisted.web.server, twisted.logger\n"
-            "import klein, psycopg2, txpostgres.txpostgres\n"
+            "import twisted.scripts.twistd, twisted.logger\n"
+            "import psycopg2, txpostgres.txpostgres\n"
             "import pgstatus.tap, pgstatus.api, pgstatus.monitor, pgstatus.fastpath\n"
             "import pgstatus.logging, pgstatus.probe, pgstatus.responses\n"
             "from twisted.plugins import pgstatus_plugin\n"
             "sys.stdout.write('imported\\n'); sys.stdout.flush()\n"
             "sys.stdin.read()\n"
         )
-        p = subprocess.Popen([PYTHON, "-c", code], stdin=subprocess.PIPE,
+        p = subprocess.Popen([self.daemon_python(), "-c", code], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
                              env=dict(os.environ, PYTHONPATH=ROOT), preexec_fn=_pdeathsig)
         self.procs.procs.append(("import-floor", p))
@@ -780,7 +788,7 @@ class Bench:
         status, body = http_get(svc_port, "/master")
         if status != 200 or body.decode() != primary:
             raise RuntimeError(f"/master answered {status} {body!r}, expected {primary}")
-        meta["service_cmd"] = f"taskset -c {SERVER_CORE} {TWISTD} -n --pidfile= pgstatus"
+        meta["service_cmd"] = f"taskset -c {SERVER_CORE} {args.twistd} -n --pidfile= pgstatus"
 
         # idle CPU: no HTTP, 3 hosts polled every second
         time.sleep(3)
@@ -1180,6 +1188,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=900,
                         help="abort (and clean up) after this long (default 900)")
     parser.add_argument("--out", default=RESULTS, help="results directory")
+    parser.add_argument("--twistd", default=TWISTD,
+                        help="twistd of the environment the service runs in (default: the "
+                        "test venv's; `make bench` uses the daemon's own install, "
+                        ".venv-daemon, without the test and client extras)")
     args = parser.parse_args(argv)
     if args.quick:
         args.duration, args.warmup, args.idle_seconds, args.rounds = 1, 1, 3.0, 1
