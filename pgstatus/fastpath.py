@@ -292,8 +292,14 @@ _LABELS = {p: p[1:].decode() for p in (
 #: (_FIXED, counter key, status line, rest after Date, close): the same
 #: answer for every request while the view lasts
 _FIXED = "fixed"
+#: (_ROTATE, round-robin key, ((status line, rest, counter key), ...), close):
+#: replicas in turn
+_ROTATE = "rotate"
+#: (_FALLBACK, counter key, status line, rest, close, reason): the master,
+#: because no replica qualifies (the reason is counted for /metrics)
+_FALLBACK = "fallback"
 #: (_REPLICA, label, route, query, as JSON, HEAD, close): a selection route
-#: (round-robin: rendered for every request)
+#: rendered for every request (it may wait for a replica)
 _REPLICA = "replica"
 
 
@@ -389,15 +395,23 @@ class FastChannel(Protocol):
         if not self._buf and not self._blocked:
             wire = site.wire
             hit = wire.heads.get(data)
-            if hit is not None and hit[0] is _FIXED and wire.view is site.renderer.current():
+            if hit is not None and wire.view is site.renderer.current():
                 # a request seen before, alone in this read: the common case
-                _, key, status, tail, close = hit
-                counts = site.renderer.requests
-                counts[key] = counts.get(key, 0) + 1
-                self._send(status + site.date.line(now) + tail)
-                if close:
-                    self._close()
-                return
+                kind = hit[0]
+                if kind is _FIXED:
+                    _, key, status, tail, close = hit
+                elif kind is _ROTATE:
+                    _, rr_key, answers, close = hit
+                    status, tail, key = answers[site.renderer.rr.next(rr_key, len(answers))]
+                else:
+                    kind = None
+                if kind is not None:
+                    counts = site.renderer.requests
+                    counts[key] = counts.get(key, 0) + 1
+                    self._send(status + site.date.line(now) + tail)
+                    if close:
+                        self._close()
+                    return
             self._buf = data
         else:
             self._buf += data
@@ -570,8 +584,19 @@ class FastChannel(Protocol):
                 if len(heads) >= MAX_MEMO_HEADS:
                     heads.clear()
                 heads[request] = plan
-        if plan[0] is _FIXED:
+        kind = plan[0]
+        if kind is _FIXED:
             _, key, status, tail, close = plan
+        elif kind is _ROTATE:
+            _, rr_key, answers, close = plan
+            status, tail, key = answers[renderer.rr.next(rr_key, len(answers))]
+        elif kind is _FALLBACK:
+            _, key, status, tail, close, why = plan
+            fallbacks = renderer.fallbacks
+            fallbacks[why] = fallbacks.get(why, 0) + 1
+        else:
+            key = None
+        if key is not None:
             counts = renderer.requests
             counts[key] = counts.get(key, 0) + 1
             return status + site.date.line(now) + tail, close
@@ -626,7 +651,22 @@ class FastChannel(Protocol):
             return None
         route = _REPLICA_PATHS.get(path)
         if route is not None:
-            return (_REPLICA, label, route, query, wants_json(accept), is_head, close)
+            as_json = wants_json(accept)
+            how = renderer.replica_plan(route, query, as_json, _args)
+            if how is None:
+                return (_REPLICA, label, route, query, as_json, is_head, close)
+            if how[0] == "rotate":
+                _, responses, rr_key = how
+                answers = []
+                for r in responses:
+                    status, tail = wire.parts(r, is_head, close)
+                    answers.append((status, tail, (label, r.status)))
+                return (_ROTATE, rr_key, tuple(answers), close)
+            r = how[1]
+            status, tail = wire.parts(r, is_head, close)
+            if how[0] == "fallback":
+                return (_FALLBACK, (label, r.status), status, tail, close, how[2])
+            return (_FIXED, (label, r.status), status, tail, close)
         if path == b"/master":
             r = renderer.master(wants_json(accept))
         elif path == b"/hosts":

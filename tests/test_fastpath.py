@@ -184,3 +184,27 @@ def test_constants_agree_with_twisted_web():
         assert fastpath.reason(status) == responses[status]
     assert fastpath.SERVER_VERSION == version
     assert fastpath.MAX_TOTAL == HTTPChannel.totalHeadersSize
+
+
+@pytest_twisted.inlineCallbacks
+def test_memoised_answers_are_counted_per_request(reactor):
+    """
+    Answers from memoised request heads still count every request for
+    ``/metrics``: requests by route and status, and replica requests answered
+    with the master by reason.
+    """
+    v = view()
+    api = StatusAPI(lambda: v, CONFIG, "9.9.9")
+    site = FastSite(api.resource(), api.renderer, reactor)
+    port = reactor.listenTCP(0, site, interface="127.0.0.1")
+    try:
+        reqs = (b"GET /replica?lag_ms=1 HTTP/1.1\r\nHost: x\r\n\r\n" * 5
+                + b"GET /replica HTTP/1.1\r\nHost: x\r\n\r\n" * 4
+                + b"GET /master HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        got = yield threads.deferToThread(raw_request, port.getHost().port, reqs)
+    finally:
+        yield port.stopListening()
+    assert got.count(b"HTTP/1.1 200 OK") == 10
+    counts = api.renderer.requests
+    assert counts[("replica", 200)] == 9 and counts[("master", 200)] == 1
+    assert sum(api.renderer.fallbacks.values()) == 5
