@@ -343,8 +343,7 @@ class FastChannel(Protocol):
             t.setTcpNoDelay(True)
         t.registerProducer(self, True)
         self._last = site.seconds()
-        if site.fast:
-            site._track(self)
+        site._track(self)
 
     def connectionLost(self, reason: Any = None) -> None:
         if self._closed:
@@ -403,6 +402,10 @@ class FastChannel(Protocol):
                 elif kind is _ROTATE:
                     _, rr_key, answers, close = hit
                     status, tail, key = answers[site.renderer.rr.next(rr_key, len(answers))]
+                elif kind is _FALLBACK:
+                    _, key, status, tail, close, why = hit
+                    fallbacks = site.renderer.fallbacks
+                    fallbacks[why] = fallbacks.get(why, 0) + 1
                 else:
                     kind = None
                 if kind is not None:
