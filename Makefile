@@ -7,8 +7,12 @@ VENV   ?= .venv
 PYTEST_ARGS ?=
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# The daemon as `pip install .` installs it (no extras: no treq, no
+# pyOpenSSL): what `make bench` and `make soak` run and measure.
+DAEMON_VENV ?= .venv-daemon
+DAEMON_STAMP := $(DAEMON_VENV)/.installed
 
-.PHONY: venv run test test-fast lint bench bench-fresh bench-rate bench-follow bench-quota soak clean
+.PHONY: venv run test test-fast lint bench bench-hosts bench-fresh bench-rate bench-follow bench-quota soak clean
 
 $(STAMP): setup.py pyproject.toml
 	bash .ci/system-deps
@@ -18,6 +22,12 @@ $(STAMP): setup.py pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+$(DAEMON_STAMP): setup.py pyproject.toml $(STAMP)
+	test -x $(DAEMON_VENV)/bin/python || $(PYTHON) -m venv $(DAEMON_VENV)
+	$(DAEMON_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DAEMON_VENV)/bin/python -m pip install --quiet .
+	touch $(DAEMON_STAMP)
 
 ## Start a local primary + two streaming replicas and pg-status against them.
 run: $(STAMP)
@@ -38,13 +48,17 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check pgstatus twisted tests
 
 ## Load benchmark (not part of `make test`); needs wrk and taskset.
-bench: $(STAMP)
-	PYTHONPATH=$(CURDIR) $(PY) tests/bench/run_bench.py
+bench: $(STAMP) $(DAEMON_STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) tests/bench/run_bench.py --twistd $(DAEMON_VENV)/bin/twistd
 
 ## Soak (not part of `make test`): 10 minutes of checked mixed HTTP load while a
 ## replica flaps and the master fails over; RSS, fds and PostgreSQL sessions.
-soak: $(STAMP)
-	PYTHONPATH=$(CURDIR) $(PY) tests/bench/soak.py
+soak: $(STAMP) $(DAEMON_STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) tests/bench/soak.py --twistd $(DAEMON_VENV)/bin/twistd
+
+## RSS with 1, 10 and 100 configured hosts, and the slope per host.
+bench-hosts: $(STAMP) $(DAEMON_STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) tests/bench/hosts_rss.py --twistd $(DAEMON_VENV)/bin/twistd --malloc
 
 ## Fresh read-your-writes: replica share with and without wait_ms.
 bench-fresh: $(STAMP)
@@ -65,4 +79,4 @@ bench-quota: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) tests/bench/quota.py
 
 clean:
-	rm -rf $(VENV) .venv-newest build *.egg-info bench-results .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-newest $(DAEMON_VENV) build *.egg-info bench-results .pytest_cache .hypothesis

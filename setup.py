@@ -32,10 +32,16 @@ setup(
         "txpostgres>=1.7,<2",
         "psycopg2>=2.9,<3",
         "klein>=23.5,<25",
-        "treq>=23.11,<27",
     ],
     extras_require={
+        # pgstatus.client: the application-side client.  treq pulls in
+        # pyOpenSSL (through Twisted's tls extra), which the daemon never
+        # uses, so the daemon's install goes without it.
+        "client": [
+            "treq>=23.11,<27",
+        ],
         "test": [
+            "treq>=23.11,<27",
             "pytest>=8,<10",
             "pytest-twisted>=1.14,<2",
             "testcontainers>=4,<5",

@@ -1,45 +1,25 @@
 """
-The HTTP API as a Klein application bound to a monitor's published view.
+The HTTP API bound to a monitor's published view: the
+:class:`~pgstatus.responses.Renderer` the fast path answers from, and the
+Klein application (:mod:`pgstatus.webapp`) for everything else, imported at
+first use.
 
-Every handler is a thin adapter from a Klein request to
-:class:`~pgstatus.responses.Renderer`, which owns what is answered.
+Every Klein handler is a thin adapter from a Klein request to the renderer,
+which owns what is answered.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from typing import Any
-
-from klein import Klein
-from twisted.internet.defer import Deferred
-from twisted.logger import Logger, LogLevel
-from twisted.web.iweb import IRequest
-from werkzeug.exceptions import MethodNotAllowed, NotFound
+from typing import TYPE_CHECKING, Any
 
 from pgstatus.config import Config
 from pgstatus.freshness import FreshReads
-from pgstatus.openapi import RESPONSE as OPENAPI
-from pgstatus.responses import (
-    EMPTY_404,
-    EMPTY_405,
-    NOT_READY,
-    REPLICA_ROUTES,
-    Renderer,
-    Response,
-    error,
-    text,
-    wants_json,
-)
+from pgstatus.responses import Renderer, Response, wants_json
 from pgstatus.state import View
 
-log = Logger(namespace="pgstatus.http")
-
-FOLLOWING_ANOTHER = error(409, "this pg-status follows another instance; follow a hub instead")
-OK_TEXT = text("OK")
-INVALID_INDEX = error(400, "Invalid index")
-_DIGITS = re.compile(r"[0-9]+")
-EVENT_STREAM_HEAD = Response(200, b"text/event-stream", b"")
+if TYPE_CHECKING:
+    from twisted.web.iweb import IRequest
 
 METHODS = ("GET", "HEAD")
 ALLOW = b"GET, HEAD"
@@ -81,6 +61,19 @@ def send(request: IRequest, r: Response, count: Callable[[int], None] | None = N
     return r.body
 
 
+class _LazyApp:
+    """
+    ``StatusAPI.app``: the Klein application of :mod:`pgstatus.webapp`,
+    imported when first used (Klein and werkzeug cost several MiB that a
+    process answering only the fast path's routes never needs).
+    """
+
+    def __get__(self, instance: Any, owner: Any) -> Any:
+        from pgstatus.webapp import app
+
+        return app.__get__(instance, owner)
+
+
 class StatusAPI:
     """
     The pg-status HTTP API.
@@ -90,7 +83,8 @@ class StatusAPI:
     :param version: served by ``/version``.
     """
 
-    app = Klein()
+    #: the Klein application (imported at first use)
+    app: Any = _LazyApp()
 
     def __init__(self, current: Callable[[], View], config: Config, version: str,
                  fresh: FreshReads | None = None) -> None:
@@ -113,96 +107,3 @@ class StatusAPI:
         The ``twisted.web`` resource serving this API.
         """
         return self.app.resource()
-
-    @app.route("/master", methods=METHODS)
-    def master(self, request: IRequest) -> bytes:
-        return send(request, self.renderer.master(_accepts_json(request)), self._counter("master"))
-
-    @app.route(f"/<any({', '.join(sorted(REPLICA_ROUTES))}):route>", methods=METHODS)
-    def replica(self, request: IRequest, route: str) -> bytes | Deferred[bytes]:
-        r = self.renderer.replica(route, first_args(request), _accepts_json(request))
-        count = self._counter(route)
-        if isinstance(r, Deferred):
-            return r.addCallback(lambda answer: send(request, answer, count))
-        return send(request, r, count)
-
-    @app.route("/hosts", methods=METHODS)
-    def hosts(self, request: IRequest) -> bytes:
-        return send(request, self.renderer.hosts(), self._counter("hosts"))
-
-    @app.route("/status", methods=METHODS)
-    def status(self, request: IRequest) -> bytes:
-        return send(request, self.renderer.status(first_args(request).get("host")),
-                    self._counter("status"))
-
-    @app.route("/version", methods=METHODS)
-    def version(self, request: IRequest) -> bytes:
-        return send(request, self.renderer.version, self._counter("version"))
-
-    @app.route("/live", methods=METHODS)
-    def live(self, request: IRequest) -> bytes:
-        return send(request, self.renderer.live(), self._counter("live"))
-
-    @app.route("/ready", methods=METHODS)
-    def ready(self, request: IRequest) -> bytes:
-        return send(request, self.renderer.ready(), self._counter("ready"))
-
-    @app.route("/openapi.json", methods=METHODS)
-    def openapi(self, request: IRequest) -> bytes:
-        return send(request, OPENAPI, self._counter("openapi.json"))
-
-    @app.route("/metrics", methods=METHODS)
-    def metrics(self, request: IRequest) -> bytes:
-        r = self.metrics_source() if self.metrics_source is not None else EMPTY_404
-        return send(request, r, self._counter("metrics"))
-
-    @app.route("/follow", methods=METHODS)
-    def follow(self, request: IRequest) -> bytes | Deferred[bytes]:
-        """
-        Follower mode's stream of this instance's view (Server-Sent Events).
-        """
-        count = self._counter("follow")
-        if self.hub is None:
-            return send(request, FOLLOWING_ANOTHER, count)
-        if not self._current().ready:
-            return send(request, NOT_READY, count)
-        if request.method == b"HEAD":
-            return send(request, EVENT_STREAM_HEAD, count)
-        count(200)
-        # fires when the hub closes the stream; Klein cancels it if the
-        # follower goes away first
-        return self.hub.subscribe(request)
-
-    @app.route("/follow/check", methods=METHODS)
-    def follow_check(self, request: IRequest) -> bytes:
-        """
-        A follower's request for an extra check of one host (its ``wait_ms``
-        reads): ``?index=<position in pg_status__hosts>``.
-        """
-        count = self._counter("follow")
-        if self.hub is None or self.check_soon is None:
-            return send(request, FOLLOWING_ANOTHER, count)
-        view = self._current()
-        if not view.ready:
-            return send(request, NOT_READY, count)
-        value = first_args(request).get("index", "")
-        if not _DIGITS.fullmatch(value):
-            return send(request, INVALID_INDEX, count)
-        if len(value) > 9 or int(value) >= len(view.hosts):
-            return send(request, EMPTY_404, count)
-        self.check_soon(int(value))
-        return send(request, OK_TEXT, count)
-
-    @app.handle_errors(NotFound)
-    def not_found(self, request: IRequest, failure: Any) -> bytes:
-        return send(request, EMPTY_404, self._counter("other"))
-
-    @app.handle_errors(MethodNotAllowed)
-    def not_allowed(self, request: IRequest, failure: Any) -> bytes:
-        return send(request, EMPTY_405, self._counter("other"))
-
-    @app.handle_errors(Exception)
-    def internal_error(self, request: IRequest, failure: Any) -> bytes:
-        log.failure("request failed path={path}", failure, level=LogLevel.error,
-                    path=request.path.decode("latin-1", "replace"))
-        return send(request, error(500, "internal error"), self._counter("other"))

@@ -1,34 +1,54 @@
 """
 A fast path in front of the Klein application.
 
-:class:`FastChannel` is the ``twisted.web`` HTTP channel with one shortcut:
-a complete, well-formed ``GET`` or ``HEAD`` request over HTTP/1.1 for one of
-the API's own routes is answered straight from
-:class:`~pgstatus.responses.Renderer` with the bytes Klein would have sent
-(status, headers, body).  Anything else, and everything after it on the same
-connection, goes to the ordinary channel and so to Klein, which stays the
-single definition of the API.  Tests compare both byte for byte.
+:class:`FastChannel` is a plain protocol that answers a complete,
+well-formed ``GET`` or ``HEAD`` request over HTTP/1.1 for one of the API's
+own routes straight from :class:`~pgstatus.responses.Renderer`, with the
+bytes Klein would have sent (status, headers, body).  Anything else, and
+everything after it on the same connection, is handed to an ordinary
+``twisted.web`` channel and so to Klein, which stays the single definition of
+the API.  Tests compare both byte for byte.
+
+What keeps the answer cheap:
+
+- Request heads seen before are memoised with what they ask (per view):
+  a repeated request is one dictionary lookup.
+- Answers go straight to the socket when the transport has nothing queued
+  (see :meth:`FastChannel._send`), instead of waiting for the next reactor
+  iteration.
+- No timer per connection: one sweep per site enforces the idle and
+  request-head deadlines.
+- ``twisted.web.server`` and Klein (several MiB) are imported only when a
+  request needs them (:meth:`FastSite.web`): a sidecar asked only the
+  API's routes never loads them.
 """
 
 from __future__ import annotations
 
 from email.utils import formatdate
+from http import HTTPStatus
 from typing import Any
 
 from twisted.internet.defer import Deferred
-from twisted.internet.protocol import Protocol
+from twisted.internet.main import CONNECTION_DONE
+from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.tcp import Server as _TCPServer
 from twisted.logger import Logger, LogLevel
-from twisted.web.http import HTTPChannel, parse_qs, responses
-from twisted.web.server import Site, version
+from twisted.python.failure import Failure
 
 from pgstatus.responses import REPLICA_ROUTES, Renderer, Response, wants_json
+from twisted import copyright
 
 #: longest request head the fast path looks at; longer ones go to Klein
 MAX_HEAD = 8192
 #: most bytes of memoised response bytes (and the responses they belong to)
 MAX_WIRE_BYTES = 1 << 20
-#: longest request head accepted at all (twisted.web's own limit)
-MAX_TOTAL = HTTPChannel.totalHeadersSize
+#: longest request head accepted at all (``HTTPChannel.totalHeadersSize``,
+#: twisted.web's own limit)
+MAX_TOTAL = 16384
+#: longest request head whose meaning is memoised, and how many are
+MAX_MEMO_HEAD = 1024
+MAX_MEMO_HEADS = 512
 _TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\n"
               b"Connection: close\r\n\r\n")
 #: most bytes buffered behind a waiting answer before the client is cut off
@@ -36,12 +56,29 @@ MAX_PENDING = 65536
 
 log = Logger(namespace="pgstatus.http")
 
-_SERVER = b"Server: " + version + b"\r\n"
+#: the reason an answer's connection is closed (one Failure for all)
+_DONE = Failure(CONNECTION_DONE)
+
+#: ``twisted.web.server.version``, without importing twisted.web.server
+SERVER_VERSION = b"TwistedWeb/" + copyright.version.encode("ascii")
+_SERVER = b"Server: " + SERVER_VERSION + b"\r\n"
+
+
+def reason(status: int) -> bytes:
+    """
+    The reason phrase of ``status`` (as ``twisted.web.http.responses`` has
+    it for every status the API answers; a test checks they agree).
+    """
+    try:
+        return HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b"Unknown"
 
 
 class _Wire:
     """
-    Response bytes without the ``Date`` header, memoised per response.
+    Response bytes without the ``Date`` header, memoised per response, and
+    what each request head seen asks for, memoised per view.
 
     Responses of ``/hosts`` and ``/status`` change with nearly every check,
     so the memo is bounded by the bytes it holds (it keeps the responses it
@@ -51,6 +88,10 @@ class _Wire:
     def __init__(self, max_bytes: int = MAX_WIRE_BYTES) -> None:
         self._memo: dict[tuple[Response, bool, bool], tuple[bytes, bytes]] = {}
         self._plain: dict[Response, tuple[bytes, bytes]] = {}
+        #: complete request (head and the blank line) -> what to answer
+        self.heads: dict[bytes, tuple[Any, ...]] = {}
+        #: the view the memo of heads belongs to
+        self.view: Any = None
         self._held = 0
         self._max_bytes = max_bytes
 
@@ -61,9 +102,14 @@ class _Wire:
         """
         self._memo.clear()
         self._plain.clear()
+        self.heads.clear()
+        self.view = None
         self._held = 0
 
     def parts(self, r: Response, head_only: bool, close: bool) -> tuple[bytes, bytes]:
+        """
+        The status line and the rest of the response after ``Date``.
+        """
         if not (head_only or close):
             # the common case, keyed by the response alone (identity hash)
             got = self._plain.get(r)
@@ -80,9 +126,10 @@ class _Wire:
             if len(self._memo) >= 4096 or self._held + size > self._max_bytes:
                 self._memo.clear()
                 self._plain.clear()
+                self.heads.clear()
                 self._held = 0
             self._held += size
-            head = [b"HTTP/1.1 %d %s\r\n" % (r.status, responses.get(r.status, b"Unknown"))]
+            head = [b"HTTP/1.1 %d %s\r\n" % (r.status, reason(r.status))]
             if close:
                 head.append(b"Connection: close\r\n")
             head.append(_SERVER)
@@ -108,8 +155,12 @@ class _Date:
         self._next = float("-inf")
         self._line = b""
 
-    def line(self) -> bytes:
-        now = self._clock.seconds()
+    def line(self, now: float | None = None) -> bytes:
+        """
+        :param now: the clock's time, when the caller has it already.
+        """
+        if now is None:
+            now = self._clock.seconds()
         if now >= self._next:
             second = int(now)
             self._next = second + 1
@@ -117,14 +168,19 @@ class _Date:
         return self._line
 
 
-class FastSite(Site):
+class FastSite(Factory):
     """
-    A ``Site`` whose channels answer the API's routes directly.
+    The HTTP server factory: channels answer the API's routes directly and
+    hand everything else to a ``twisted.web`` site serving ``resource``.
 
-    :param resource: the Klein resource, for everything else.
+    :param resource: the Klein resource, for everything else, or a callable
+        returning it (called at first use, so Klein is imported then).
     :param renderer: what the API answers.
-    :param reactor: the clock for the ``Date`` header.
+    :param reactor: the clock for the ``Date`` header and the deadlines.
     :param fast: enable the shortcut (off: plain ``twisted.web``).
+    :param max_connections: open connections; one more is answered 503.
+    :param idle_timeout: seconds after which an idle connection is closed.
+    :param header_timeout: seconds a request head may take to arrive.
     """
 
     noisy = False
@@ -132,18 +188,25 @@ class FastSite(Site):
     def __init__(self, resource: Any, renderer: Renderer, reactor: Any,
                  fast: bool = True, max_connections: int = 10000,
                  idle_timeout: float = 60.0, header_timeout: float = 10.0) -> None:
-        super().__init__(resource, reactor=reactor, timeout=idle_timeout)
+        self.reactor = reactor
+        self.seconds = reactor.seconds
+        self._resource = resource
         self.renderer = renderer
         self.wire = _Wire()
         self.date = _Date(reactor)
         self.fast = fast
-        self.protocol = FastChannel
         self.max_connections = max_connections
+        self.timeout = idle_timeout
         self.header_timeout = header_timeout
         self.connections = 0
         self.refused = 0
+        self._web: Any = None
+        #: open fast channels (a dict as an ordered set), for the sweep
+        self._channels: dict[FastChannel, None] = {}
+        self._sweep_period = max(0.05, min(idle_timeout, header_timeout) / 4)
+        self._sweep_call: Any = None
 
-    def buildProtocol(self, addr: Any) -> Any:
+    def buildProtocol(self, addr: Any) -> Protocol:
         """
         A channel, or, past ``max_connections``, a protocol that answers
         503 and closes.
@@ -151,12 +214,48 @@ class FastSite(Site):
         if self.connections >= self.max_connections:
             self.refused += 1
             return _Busy()
-        return super().buildProtocol(addr)
+        p = FastChannel()
+        p.site = self
+        return p
 
-    def log(self, request: Any) -> None:
+    def web(self) -> Any:
         """
-        No access log: the API is called on every application request.
+        The ``twisted.web`` site for what the fast path does not answer,
+        built at first use.
         """
+        if self._web is None:
+            from pgstatus.slowpath import WebSite
+
+            resource = self._resource
+            if callable(resource) and not hasattr(resource, "getChildWithDefault"):
+                resource = resource()
+            self._web = WebSite(resource, self.reactor, self.timeout)
+        return self._web
+
+    def _track(self, channel: FastChannel) -> None:
+        self._channels[channel] = None
+        if self._sweep_call is None:
+            self._sweep_call = self.reactor.callLater(self._sweep_period, self._sweep)
+
+    def _sweep(self) -> None:
+        """
+        Close connections whose request head is overdue or that were idle
+        too long; runs while connections are open.
+        """
+        self._sweep_call = None
+        now = self.seconds()
+        for channel in list(self._channels):
+            channel.check_deadlines(now)
+        if self._channels:
+            self._sweep_call = self.reactor.callLater(self._sweep_period, self._sweep)
+
+    def stopFactory(self) -> None:
+        """
+        Stop the sweep when the server stops listening.
+        """
+        if self._sweep_call is not None and self._sweep_call.active():
+            self._sweep_call.cancel()
+        self._sweep_call = None
 
 
 def _args(query: bytes) -> dict[str, str]:
@@ -171,6 +270,8 @@ def _args(query: bytes) -> dict[str, str]:
             out.setdefault(k.decode("utf-8", "replace"), v.decode("utf-8", "replace"))
         return out
     # the same parser twisted.web uses for request.args
+    from twisted.web.http import parse_qs
+
     return {
         k.decode("utf-8", "replace"): vs[0].decode("utf-8", "replace")
         for k, vs in parse_qs(query, 1).items()
@@ -187,6 +288,20 @@ _HEADER_LENGTHS = frozenset(len(n) for n in (b"accept", b"connection", *_NOT_FAS
 _LABELS = {p: p[1:].decode() for p in (
     b"/master", b"/hosts", b"/status", b"/live", b"/ready", b"/version", *_REPLICA_PATHS)}
 
+# What a request head asks for (memoised in _Wire.heads):
+#: (_FIXED, counter key, status line, rest after Date, close): the same
+#: answer for every request while the view lasts
+_FIXED = "fixed"
+#: (_ROTATE, round-robin key, ((status line, rest, counter key), ...), close):
+#: replicas in turn
+_ROTATE = "rotate"
+#: (_FALLBACK, counter key, status line, rest, close, reason): the master,
+#: because no replica qualifies (the reason is counted for /metrics)
+_FALLBACK = "fallback"
+#: (_REPLICA, label, route, query, as JSON, HEAD, close): a selection route
+#: rendered for every request (it may wait for a replica)
+_REPLICA = "replica"
+
 
 class _Busy(Protocol):
     """
@@ -200,132 +315,309 @@ class _Busy(Protocol):
         self.transport.loseConnection()
 
 
-class FastChannel(HTTPChannel):
+class FastChannel(Protocol):
     """
-    ``HTTPChannel`` with the shortcut described in the module docstring.
+    The protocol described in the module docstring.
+
+    It is the transport's streaming producer, as ``twisted.web``'s channel
+    is: when the client does not read its answers and the transport's
+    buffer fills, reading stops until it drains.
     """
 
     site: FastSite
-    _slow = False
+    #: the twisted.web channel everything goes to after the hand-off
+    _web: Any = None
     _blocked = False
     _buf = b""
-    _head_timer: Any = None
+    #: when the incomplete request head in _buf started to arrive
+    _head_since = 0.0
+    #: when data last arrived (or the connection was made)
+    _last = 0.0
+    _closed = False
 
     def connectionMade(self) -> None:
-        self._seconds = self.site.reactor.seconds
-        self._last_data = self._seconds()
-        super().connectionMade()
-        self.site.connections += 1
+        site = self.site
+        site.connections += 1
+        t = self.transport
+        if t.__class__ is _TCPServer:
+            t.setTcpNoDelay(True)
+        t.registerProducer(self, True)
+        self._last = site.seconds()
+        site._track(self)
 
-    def resetTimeout(self) -> None:
-        """
-        Note activity.  Instead of moving the idle timer on every request
-        (a reactor operation), the timer checks on expiry whether the
-        connection was really idle that long.
-        """
-        self._last_data = self._seconds()
-
-    def timeoutConnection(self) -> None:
-        idle = self._seconds() - self._last_data
-        if self.timeOut is not None and idle < self.timeOut:
-            self.setTimeout(self.timeOut - idle)
+    def connectionLost(self, reason: Any = None) -> None:
+        if self._closed:
             return
-        super().timeoutConnection()
+        self._closed = True
+        site = self.site
+        site.connections -= 1
+        site._channels.pop(self, None)
+        if self._web is not None:
+            self._web.connectionLost(reason)
 
-    def connectionLost(self, reason: Any) -> None:
-        self.site.connections -= 1
-        self._stop_head_timer()
-        super().connectionLost(reason)
+    # IPushProducer, for the transport
+    def pauseProducing(self) -> None:
+        self.transport.pauseProducing()
 
-    def _stop_head_timer(self) -> None:
-        if self._head_timer is not None:
-            if self._head_timer.active():
-                self._head_timer.cancel()
-            self._head_timer = None
+    def resumeProducing(self) -> None:
+        if not self._closed:
+            self.transport.resumeProducing()
 
-    def _head_too_slow(self) -> None:
-        self._head_timer = None
-        self.transport.abortConnection()
+    def stopProducing(self) -> None:
+        pass
+
+    def check_deadlines(self, now: float) -> None:
+        """
+        Called by the site's sweep: cut a request head that takes longer
+        than ``header_timeout``, close a connection idle for
+        ``idle_timeout`` (abort it if answers are still queued: the client
+        stopped reading).
+        """
+        if self._web is not None or self._blocked:
+            return
+        site = self.site
+        t = self.transport
+        if self._buf and now - self._head_since >= site.header_timeout:
+            t.abortConnection()
+        elif now - self._last >= site.timeout:
+            if t.__class__ is _TCPServer and (t.dataBuffer or t._tempDataLen):
+                t.abortConnection()
+            else:
+                self._lose()
 
     def dataReceived(self, data: bytes) -> None:
-        if self._slow:
-            self._stop_head_timer()
-            return super().dataReceived(data)
-        self.resetTimeout()
-        self._buf = self._buf + data if self._buf else data
-        if self._blocked:
-            if len(self._buf) > MAX_PENDING:
-                self.transport.loseConnection()
+        if self._web is not None:
+            self._web.dataReceived(data)
             return
-        self._process()
-        if self._buf and self._head_timer is None and not self._slow:
+        site = self.site
+        now = self._last = site.seconds()
+        if not self._buf and not self._blocked:
+            wire = site.wire
+            hit = wire.heads.get(data)
+            if hit is not None and wire.view is site.renderer.current():
+                # a request seen before, alone in this read: the common case
+                kind = hit[0]
+                if kind is _FIXED:
+                    _, key, status, tail, close = hit
+                elif kind is _ROTATE:
+                    _, rr_key, answers, close = hit
+                    status, tail, key = answers[site.renderer.rr.next(rr_key, len(answers))]
+                elif kind is _FALLBACK:
+                    _, key, status, tail, close, why = hit
+                    fallbacks = site.renderer.fallbacks
+                    fallbacks[why] = fallbacks.get(why, 0) + 1
+                else:
+                    kind = None
+                if kind is not None:
+                    counts = site.renderer.requests
+                    counts[key] = counts.get(key, 0) + 1
+                    self._send(status + site.date.line(now) + tail)
+                    if close:
+                        self._close()
+                    return
+            self._buf = data
+        else:
+            self._buf += data
+            if self._blocked:
+                if len(self._buf) > MAX_PENDING:
+                    self._lose()
+                return
+        self._process(now)
+        if self._buf and self._web is None and not self._head_since:
             # a request head must arrive complete within header_timeout
-            self._head_timer = self.callLater(self.site.header_timeout, self._head_too_slow)
+            self._head_since = now
 
-    def _process(self) -> None:
+    def _process(self, now: float) -> None:
         buf = self._buf
         site = self.site
+        out: list[bytes] = []
         while buf:
             end = buf.find(b"\r\n\r\n", 0, MAX_TOTAL + 4)
             if end < 0:
                 if len(buf) > MAX_TOTAL:
                     self._buf = b""
-                    self.transport.write(_TOO_LARGE)
-                    self.transport.loseConnection()
+                    out.append(_TOO_LARGE)
+                    self._flush(out)
+                    self._lose()
                     return
                 self._buf = buf
+                self._flush(out)
                 return
-            if end > MAX_HEAD:
+            if end > MAX_HEAD or not site.fast:
                 break  # a big but acceptable head: twisted.web parses it
             try:
-                answer = self._answer(buf[:end], site) if site.fast else None
+                answer = self._answer(buf[:end + 4], site, now)
             except Exception:
                 # let Klein answer (and log) whatever went wrong here
                 answer = None
             if answer is None:
                 break
             buf = buf[end + 4:]
+            self._head_since = 0.0
             if isinstance(answer, Deferred):
                 # answer later; requests pipelined behind it wait their turn
+                self._flush(out)
                 self._buf = buf
                 self._blocked = True
                 answer.addCallback(self._later)
                 answer.addErrback(self._broken)
                 return
             data_out, close = answer
-            self.transport.write(data_out)
+            out.append(data_out)
             if close:
                 self._buf = b""
-                self.transport.loseConnection()
+                self._flush(out)
+                self._close()
                 return
         else:
             self._buf = b""
-            if self._head_timer is not None:
-                self._stop_head_timer()
+            self._head_since = 0.0
+            self._flush(out)
             return
-        # Hand this and everything after it to twisted.web and Klein.
-        self._stop_head_timer()
-        self._slow = True
+        # Hand this and everything after it to twisted.web and Klein, after
+        # the answers before it.
+        self._flush(out)
         self._buf = b""
-        super().dataReceived(buf)
+        self._head_since = 0.0
+        self._hand_off(buf)
+
+    def _hand_off(self, data: bytes) -> None:
+        """
+        From now on, the connection is a ``twisted.web`` channel's (which
+        then is the transport's producer and keeps its own timeouts).
+        """
+        site = self.site
+        site._channels.pop(self, None)
+        channel = site.web().buildProtocol(self.transport.getPeer())
+        self.transport.unregisterProducer()
+        self._web = channel
+        channel.makeConnection(self.transport)
+        channel.dataReceived(data)
+
+    def _send(self, data: bytes) -> None:
+        """
+        Write ``data``: straight to the socket when the transport has nothing
+        queued (saving the reactor iteration and the two epoll changes a
+        buffered write costs), the rest, if any, through the transport.
+        Whenever anything is queued, the transport is disconnecting, or the
+        socket reports anything but "would block", the transport's ordinary
+        write does it (and so reports a broken connection as usual).
+        """
+        t = self.transport
+        if (t.__class__ is not _TCPServer or t.dataBuffer or t._tempDataLen
+                or t.disconnecting or not t.connected):
+            t.write(data)
+            return
+        try:
+            sent = t.socket.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            t.write(data)  # the transport finds the error again and closes
+            return
+        if sent < len(data):
+            t.write(data[sent:])
+
+    def _close(self) -> None:
+        """
+        Close after the last answer: at once when it is all sent, as
+        ``loseConnection`` would on the next reactor iteration; else once
+        the transport has written the rest.
+        """
+        t = self.transport
+        if (t.__class__ is _TCPServer and not (t.dataBuffer or t._tempDataLen)
+                and t.connected and not t.disconnecting):
+            t.stopReading()
+            t.stopWriting()
+            t.connectionLost(_DONE)
+        else:
+            self._lose()
+
+    def _lose(self) -> None:
+        """
+        ``loseConnection``, once what is queued is written.  A transport
+        closes only without a producer (if paused, it would wait for the
+        producer instead), so stop being its producer first.
+        """
+        t = self.transport
+        if t.producer is self:
+            t.unregisterProducer()
+        t.loseConnection()
+
+    def _flush(self, out: list[bytes]) -> None:
+        if out:
+            self._send(out[0] if len(out) == 1 else b"".join(out))
 
     def _later(self, answer: tuple[bytes, bool]) -> None:
         self._blocked = False
         data_out, close = answer
-        if getattr(self.transport, "disconnected", False):
+        if self._closed or getattr(self.transport, "disconnected", False):
             return
-        self.transport.write(data_out)
+        self._send(data_out)
         if close:
             self._buf = b""
-            self.transport.loseConnection()
+            self._close()
             return
-        self._process()
+        self._process(self.site.seconds())
+        if self._buf and self._web is None and not self._head_since:
+            self._head_since = self.site.seconds()
 
     def _broken(self, f: Any) -> None:
         log.failure("fast path answer failed", f, level=LogLevel.error)
         self.transport.abortConnection()
 
-    def _answer(self, head: bytes, site: FastSite) -> Any:
+    def _answer(self, request: bytes, site: FastSite, now: float) -> Any:
+        """
+        The answer to one complete request (head and blank line), as
+        ``(bytes, close)`` or a Deferred of it, or ``None`` for Klein.
+        """
+        wire = site.wire
+        renderer = site.renderer
+        view = renderer.current()
+        if wire.view is not view:
+            wire.heads.clear()
+            wire.view = view
+        plan = wire.heads.get(request)
+        if plan is None:
+            plan = self._plan(request[:-4], renderer, wire)
+            if plan is None:
+                return None
+            if len(request) <= MAX_MEMO_HEAD:
+                heads = wire.heads
+                if len(heads) >= MAX_MEMO_HEADS:
+                    heads.clear()
+                heads[request] = plan
+        kind = plan[0]
+        if kind is _FIXED:
+            _, key, status, tail, close = plan
+        elif kind is _ROTATE:
+            _, rr_key, answers, close = plan
+            status, tail, key = answers[renderer.rr.next(rr_key, len(answers))]
+        elif kind is _FALLBACK:
+            _, key, status, tail, close, why = plan
+            fallbacks = renderer.fallbacks
+            fallbacks[why] = fallbacks.get(why, 0) + 1
+        else:
+            key = None
+        if key is not None:
+            counts = renderer.requests
+            counts[key] = counts.get(key, 0) + 1
+            return status + site.date.line(now) + tail, close
+        _, label, route, query, as_json, is_head, close = plan
+        r = renderer.replica_query(route, query, as_json, _args)
+        if r.__class__ is Deferred:
+            return r.addCallback(self._counted, label, is_head, close)
+        counts = renderer.requests
+        key = (label, r.status)
+        counts[key] = counts.get(key, 0) + 1
+        status, tail = wire.parts(r, is_head, close)
+        return status + site.date.line(now) + tail, close
+
+    @staticmethod
+    def _plan(head: bytes, renderer: Renderer, wire: _Wire) -> tuple[Any, ...] | None:
+        """
+        Parse a request head: what it asks for, or ``None`` for Klein.
+        """
         line_end = head.find(b"\r\n")
         request_line = head if line_end < 0 else head[:line_end]
         parts = request_line.split(b" ")
@@ -357,43 +649,45 @@ class FastChannel(HTTPChannel):
                     close = b"close" in tokens
                 elif lname in _NOT_FAST:
                     return None
-        r = self._route(path, query, accept, site.renderer)
-        if r is None:
+        label = _LABELS.get(path)
+        if label is None:
             return None
-        if r.__class__ is Deferred:
-            return r.addCallback(self._counted, _LABELS[path], is_head, close)
-        counts = site.renderer.requests
-        key = (_LABELS[path], r.status)
-        counts[key] = counts.get(key, 0) + 1
-        status, tail = site.wire.parts(r, is_head, close)
-        return status + site.date.line() + tail, close
+        route = _REPLICA_PATHS.get(path)
+        if route is not None:
+            as_json = wants_json(accept)
+            how = renderer.replica_plan(route, query, as_json, _args)
+            if how is None:
+                return (_REPLICA, label, route, query, as_json, is_head, close)
+            if how[0] == "rotate":
+                _, responses, rr_key = how
+                answers = []
+                for r in responses:
+                    status, tail = wire.parts(r, is_head, close)
+                    answers.append((status, tail, (label, r.status)))
+                return (_ROTATE, rr_key, tuple(answers), close)
+            r = how[1]
+            status, tail = wire.parts(r, is_head, close)
+            if how[0] == "fallback":
+                return (_FALLBACK, (label, r.status), status, tail, close, how[2])
+            return (_FIXED, (label, r.status), status, tail, close)
+        if path == b"/master":
+            r = renderer.master(wants_json(accept))
+        elif path == b"/hosts":
+            r = renderer.hosts()
+        elif path == b"/status":
+            r = renderer.status((_args(query) if query else {}).get("host"))
+        elif path == b"/live":
+            r = renderer.live()
+        elif path == b"/ready":
+            r = renderer.ready()
+        else:
+            r = renderer.version
+        status, tail = wire.parts(r, is_head, close)
+        return (_FIXED, (label, r.status), status, tail, close)
 
     def _counted(self, r: Response, label: str, is_head: bool, close: bool
                  ) -> tuple[bytes, bool]:
-        self.site.renderer.count(label, r.status)
-        return self._bytes(r, is_head, close)
-
-    def _bytes(self, r: Response, is_head: bool, close: bool) -> tuple[bytes, bool]:
         site = self.site
+        site.renderer.count(label, r.status)
         status, tail = site.wire.parts(r, is_head, close)
         return status + site.date.line() + tail, close
-
-    @staticmethod
-    def _route(path: bytes, query: bytes, accept: str | None, renderer: Renderer
-               ) -> Response | Deferred[Response] | None:
-        if path == b"/master":
-            return renderer.master(wants_json(accept))
-        name = _REPLICA_PATHS.get(path)
-        if name is not None:
-            return renderer.replica_query(name, query, wants_json(accept), _args)
-        if path == b"/hosts":
-            return renderer.hosts()
-        if path == b"/status":
-            return renderer.status((_args(query) if query else {}).get("host"))
-        if path == b"/live":
-            return renderer.live()
-        if path == b"/ready":
-            return renderer.ready()
-        if path == b"/version":
-            return renderer.version
-        return None

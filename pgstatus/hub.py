@@ -15,18 +15,20 @@ disconnected; it reconnects and starts again from a full snapshot.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IPushProducer, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
-from twisted.web.iweb import IRequest
 from zope.interface import implementer
 
 from pgstatus.config import HostConfig
 from pgstatus.snapshot import encode
 from pgstatus.state import View
+
+if TYPE_CHECKING:
+    from twisted.web.iweb import IRequest
 
 log = Logger(namespace="pgstatus.follow")
 

@@ -347,6 +347,8 @@ class Renderer:
     def __init__(self, current: Callable[[], View], config: Config, version: str,
                  fresh: FreshReads | None = None) -> None:
         self._current = current
+        #: returns the current view (the fast path's memo follows it)
+        self.current = current
         self._config = config
         self._fresh = fresh
         self._locality = Locality(
@@ -458,6 +460,39 @@ class Renderer:
         if plan is _WAIT:
             return self.replica(route, parse(query), as_json)
         return plan
+
+    def replica_plan(self, route: str, query: bytes, as_json: bool,
+                     parse: Callable[[bytes], Mapping[str, str]]) -> tuple[Any, ...] | None:
+        """
+        For a caller that memoises per view (the fast path): what
+        :meth:`replica_query` does for this request while the current view
+        lasts, from the same memo of plans.
+
+        :return: ``("fixed", response)``; ``("rotate", answers, key)``:
+            answer ``answers[self.rr.next(key, len(answers))]``;
+            ``("fallback", response, reason)``: answer ``response`` and count
+            ``reason`` in :attr:`fallbacks`; or ``None``: call
+            :meth:`replica_query` for every request (a wait).
+        """
+        view = self._current()
+        if not view.ready:
+            return ("fixed", NOT_READY)
+        slot = _QUERY_SLOTS[route][as_json]
+        plans = view.cache.get(slot)
+        if plans is None:
+            plans = view.cache[slot] = {}
+        plan = plans.get(query)
+        if plan is None:
+            plan = self._plan(view, route, parse(query) if query else {}, as_json)
+            if len(plans) < MAX_PLANS:
+                plans[query] = plan
+        if plan.__class__ is tuple:
+            return ("rotate", *plan)
+        if plan.__class__ is _Fallback:
+            return ("fallback", plan.response, plan.reason)
+        if plan is _WAIT:
+            return None
+        return ("fixed", plan)
 
     def _follow(self, view: View, plan: Any, route: str, args: Mapping[str, str],
                 as_json: bool) -> Response | Deferred[Response]:

@@ -18,10 +18,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.error import ReactorNotRunning
 from twisted.logger import Logger
 from twisted.python import usage
-from twisted.web.server import Site
 
 from pgstatus import __version__
-from pgstatus.agent import AgentService
 from pgstatus.api import StatusAPI
 from pgstatus.config import (
     ENV_FILE,
@@ -40,7 +38,10 @@ from pgstatus.listener import ListenerService
 from pgstatus.logging import LevelFilter, factory_observer, install_observer
 from pgstatus.metrics import MetricsRenderer
 from pgstatus.monitor import MonitorService
-from pgstatus.reload import install_sighup, plan_reload
+
+# Imported where used, so a daemon that does not use them does not load
+# them: pgstatus.agent (pg_status__agent_port), pgstatus.reload
+# (pg_status__env_file), and, through FastSite, twisted.web.server and Klein.
 
 log = Logger(namespace="pgstatus.main")
 http_log = Logger(namespace="pgstatus.http")
@@ -116,7 +117,7 @@ class HttpService(ListenerService):
 
     name = "http"
 
-    def __init__(self, reactor: Any, address: str, port: int, site: Site) -> None:
+    def __init__(self, reactor: Any, address: str, port: int, site: Any) -> None:
         super().__init__(reactor, address, port, site, http_log, "server")
 
 
@@ -174,7 +175,7 @@ class PgStatusService(MultiService):
         self.api.hub = self.hub
         self.api.check_soon = check_soon
         self.site = FastSite(
-            self.api.resource(), self.api.renderer, reactor,
+            self.api.resource, self.api.renderer, reactor,
             max_connections=config.http_max_connections,
             idle_timeout=config.http_idle_timeout_ms / 1000,
             header_timeout=config.http_header_timeout_ms / 1000,
@@ -187,8 +188,10 @@ class PgStatusService(MultiService):
         self.http = HttpService(reactor, config.http_listen_address, config.http_port, self.site)
         self.http.setServiceParent(self)
         #: the HAProxy agent-check listener, only with pg_status__agent_port
-        self.agent: AgentService | None = None
+        self.agent: Any = None
         if config.agent_port:
+            from pgstatus.agent import AgentService
+
             self.agent = AgentService(reactor, config.http_listen_address, config.agent_port,
                                       lambda: self.monitor.registry.view)
             self.agent.setServiceParent(self)
@@ -213,6 +216,8 @@ class PgStatusService(MultiService):
             config_log.warn("{warning}", warning=w)
         super().startService()
         if self.env_file is not None:
+            from pgstatus.reload import install_sighup
+
             self._restore_sighup = install_sighup(self._reactor, self.reload)
         if self._server_options is not None:
             # under twistd: after the reactor has installed its own handlers
@@ -252,6 +257,8 @@ class PgStatusService(MultiService):
         """
         if self.env_file is None:
             return False
+        from pgstatus.reload import plan_reload
+
         try:
             values = read_env_file(self.env_file)
             values.pop(ENV_FILE, None)

@@ -167,3 +167,68 @@ def test_wire_memo_is_bounded_by_bytes():
         assert tail.endswith(body)
         assert wire._held <= 100_000
     assert len(wire._memo) <= 100_000 // 2000 + 1
+
+
+def test_constants_agree_with_twisted_web():
+    """
+    What the fast path writes without importing twisted.web.server is what
+    twisted.web writes: the reason phrase of every status the API answers,
+    the ``Server`` header and the longest accepted request head.
+    """
+    from twisted.web.http import HTTPChannel, responses
+    from twisted.web.server import version
+
+    from pgstatus import fastpath
+
+    for status in (200, 400, 404, 405, 500, 503):
+        assert fastpath.reason(status) == responses[status]
+    assert fastpath.SERVER_VERSION == version
+    assert fastpath.MAX_TOTAL == HTTPChannel.totalHeadersSize
+
+
+def one_by_one(port: int, requests: list[bytes]) -> list[bytes]:
+    """
+    Send each request alone on one keep-alive connection, reading its
+    answer (up to the known body) before sending the next.
+    """
+    answers = []
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        for req in requests:
+            s.sendall(req)
+            data = b""
+            while not re.search(rb"\r\n\r\npg-\d$", data):
+                chunk = s.recv(65536)
+                assert chunk, data
+                data += chunk
+            answers.append(data)
+    return answers
+
+
+@pytest_twisted.inlineCallbacks
+def test_memoised_answers_are_counted_per_request(reactor):
+    """
+    Answers from memoised request heads still count every request for
+    ``/metrics``: requests by route and status, and replica requests answered
+    with the master by reason; pipelined, and each request alone in a read
+    (the shortest path).
+    """
+    v = view()
+    api = StatusAPI(lambda: v, CONFIG, "9.9.9")
+    site = FastSite(api.resource(), api.renderer, reactor)
+    port = reactor.listenTCP(0, site, interface="127.0.0.1")
+    fallback = b"GET /replica?lag_ms=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+    rotate = b"GET /replica HTTP/1.1\r\nHost: x\r\n\r\n"
+    master = b"GET /master HTTP/1.1\r\nHost: x\r\n\r\n"
+    try:
+        last = master.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
+        got = yield threads.deferToThread(
+            raw_request, port.getHost().port, fallback * 5 + rotate * 4 + last)
+        alone = yield threads.deferToThread(
+            one_by_one, port.getHost().port, [fallback] * 3 + [rotate] * 4 + [master] * 2)
+    finally:
+        yield port.stopListening()
+    assert got.count(b"HTTP/1.1 200 OK") == 10
+    assert all(a.startswith(b"HTTP/1.1 200 OK") for a in alone)
+    counts = api.renderer.requests
+    assert counts[("replica", 200)] == 9 + 7 and counts[("master", 200)] == 1 + 2
+    assert sum(api.renderer.fallbacks.values()) == 5 + 3

@@ -907,7 +907,7 @@ class Soak:
 
     def start_service(self) -> None:
         self.port = free_port()
-        cmd = [TWISTD, "-n", "--pidfile=", "pgstatus"]
+        cmd = [self.args.twistd, "-n", "--pidfile=", "pgstatus"]
         if self.args.cpu >= 0:
             cmd = ["taskset", "-c", str(self.args.cpu), *cmd]
         os.makedirs(self.args.out, exist_ok=True)
@@ -1371,6 +1371,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", type=int, default=0,
                         help="core to pin the service to with taskset, -1 for none (default 0)")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    parser.add_argument("--twistd", default=TWISTD,
+                        help="twistd of the environment the service runs in (default: the "
+                        "test venv's; `make soak` uses the daemon's own install, "
+                        ".venv-daemon, without the test and client extras)")
     parser.add_argument("--out", default=RESULTS, help="results directory")
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.rate <= 0 or args.connections < 1:
