@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 DAEMON_VENV ?= .venv-daemon
 DAEMON_STAMP := $(DAEMON_VENV)/.installed
 
-.PHONY: venv run test test-fast lint bench bench-hosts bench-fresh bench-rate bench-follow bench-quota soak clean
+.PHONY: venv run test test-fast lint bench bench-hosts bench-fresh bench-rate bench-follow bench-quota bench-iterations soak clean
 
 $(STAMP): setup.py pyproject.toml
 	bash .ci/system-deps
@@ -75,8 +75,14 @@ bench-follow: $(STAMP)
 
 ## Under a CPU quota (cgroup v1, 0.1 and 0.25 vCPU): latency at fixed rates,
 ## throttled periods, CPU per request, time to /ready.  Needs root.
-bench-quota: $(STAMP)
-	PYTHONPATH=$(CURDIR) $(PY) tests/bench/quota.py
+bench-quota: $(STAMP) $(DAEMON_STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) tests/bench/quota.py --twistd $(DAEMON_VENV)/bin/twistd
+
+## The longest stretch of CPU between two waits for I/O, without HTTP load
+## (3 hosts, then 51).
+bench-iterations: $(STAMP) $(DAEMON_STAMP)
+	PYTHONPATH=$(CURDIR) $(DAEMON_VENV)/bin/python tests/bench/iterations.py
+	PYTHONPATH=$(CURDIR) $(DAEMON_VENV)/bin/python tests/bench/iterations.py --repeat 17
 
 clean:
 	rm -rf $(VENV) .venv-newest $(DAEMON_VENV) build *.egg-info bench-results .pytest_cache .hypothesis

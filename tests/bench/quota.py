@@ -144,12 +144,12 @@ def get(port: int, path: str) -> tuple[int, str]:
         return 0, ""
 
 
-def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float) -> dict:
+def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float,
+              twistd: str) -> dict:
     group = Cgroup(f"pgstatus-bench-{os.getpid()}", cpus)
     port = free_port()
     env = dict(os.environ, **topo.hosts_env(), PYTHONPATH=ROOT,
                pg_status__http_listen_address="127.0.0.1", pg_status__http_port=str(port))
-    twistd = os.path.join(os.path.dirname(sys.executable), "twistd")
     enter = " ".join(f"echo $$ > {f};" for f in group.procs_files())
     t0 = time.monotonic()
     proc = subprocess.Popen(["sh", "-c", f"{enter} exec {twistd} -n --pidfile= pgstatus"],
@@ -201,6 +201,8 @@ def main() -> int:
     ap.add_argument("--cpus", type=float, nargs="+", default=[0.1, 0.25])
     ap.add_argument("--rates", type=int, nargs="+", default=[200, 500, 1000, 1500])
     ap.add_argument("--seconds", type=float, default=15)
+    ap.add_argument("--twistd", default=os.path.join(os.path.dirname(sys.executable), "twistd"),
+                    help="the twistd to run (make bench-quota: the daemon's own venv)")
     args = ap.parse_args()
     if not os.path.isdir(CPU) or not os.access(CPU, os.W_OK):
         print(f"bench-quota needs a writable cgroup v1 cpu controller at {CPU}", file=sys.stderr)
@@ -212,7 +214,7 @@ def main() -> int:
     try:
         bg.start()
         for cpus in args.cpus:
-            results.append(run_quota(topo, cpus, args.rates, args.seconds))
+            results.append(run_quota(topo, cpus, args.rates, args.seconds, args.twistd))
     finally:
         stop.set()
         bg.join(5)
