@@ -74,9 +74,10 @@ bench-follow: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) tests/bench/followers.py
 
 ## Under a CPU quota (cgroup v1, 0.1 and 0.25 vCPU): latency at fixed rates,
-## throttled periods, CPU per request, time to /ready.  Needs root.
+## throttled periods, CPU per request, time to /ready.  Needs root.  QUOTA_ARGS
+## adds arguments, e.g. QUOTA_ARGS=--image (the Docker image too).
 bench-quota: $(STAMP) $(DAEMON_STAMP)
-	PYTHONPATH=$(CURDIR) $(PY) tests/bench/quota.py --twistd $(DAEMON_VENV)/bin/twistd
+	PYTHONPATH=$(CURDIR) $(PY) tests/bench/quota.py --twistd $(DAEMON_VENV)/bin/twistd $(QUOTA_ARGS)
 
 ## The longest stretch of CPU between two waits for I/O, without HTTP load
 ## (3 hosts, then 51).

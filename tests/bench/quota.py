@@ -14,6 +14,12 @@ scheduled, so a stalled service is not hidden by a client that waits for it
 
 Reports, per quota and rate: p50 / p99 / max latency, periods throttled,
 CPU per request; and the time from the start of the process to ``/ready``.
+
+With ``--image``, the same for the Docker image (``docker/Dockerfile``, built
+as the container tests build it, on a Docker engine of our own when none
+runs), started with ``docker run --cpus`` and host networking, with its
+HEALTHCHECK and with ``--no-healthcheck``; the numbers come from the
+container's own cgroup.
 """
 
 from __future__ import annotations
@@ -144,18 +150,54 @@ def get(port: int, path: str) -> tuple[int, str]:
         return 0, ""
 
 
+class ContainerGroup(Cgroup):
+    """
+    The cgroup v1 pair Docker made for a container (cgroupfs driver).
+    """
+
+    def __init__(self, container_id: str) -> None:  # noqa: D107 - no quota set here
+        self.dirs = [os.path.join(CPU, "docker", container_id),
+                     os.path.join(CPUACCT, "docker", container_id)]
+        for d in self.dirs:
+            if not os.path.isdir(d):
+                raise RuntimeError(f"no cgroup {d} (is dockerd using cgroupfs on cgroup v1?)")
+
+    def remove(self) -> None:
+        pass
+
+
 def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float,
-              twistd: str) -> dict:
-    group = Cgroup(f"pgstatus-bench-{os.getpid()}", cpus)
+              twistd: str, engine=None, image: str | None = None,
+              healthcheck: bool = True) -> dict:
     port = free_port()
-    env = dict(os.environ, **topo.hosts_env(), PYTHONPATH=ROOT,
-               pg_status__http_listen_address="127.0.0.1", pg_status__http_port=str(port))
-    enter = " ".join(f"echo $$ > {f};" for f in group.procs_files())
+    env = {**topo.hosts_env(), "pg_status__http_listen_address": "127.0.0.1",
+           "pg_status__http_port": str(port)}
     t0 = time.monotonic()
-    proc = subprocess.Popen(["sh", "-c", f"{enter} exec {twistd} -n --pidfile= pgstatus"],
-                            env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    result: dict = {"cpus": cpus, "rates": []}
+    if image is None:
+        group = Cgroup(f"pgstatus-bench-{os.getpid()}", cpus)
+        enter = " ".join(f"echo $$ > {f};" for f in group.procs_files())
+        proc = subprocess.Popen(["sh", "-c", f"{enter} exec {twistd} -n --pidfile= pgstatus"],
+                                env=dict(os.environ, PYTHONPATH=ROOT, **env), cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def stop() -> None:
+            proc.terminate()
+            proc.wait(30)
+            group.remove()
+    else:
+        args = ["run", "-d", "--rm", "--network", "host", f"--cpus={cpus}"]
+        if not healthcheck:
+            args.append("--no-healthcheck")
+        for k, v in env.items():
+            args += ["-e", f"{k}={v}"]
+        cid = engine.run([*args, image]).stdout.strip()
+        group = ContainerGroup(cid)
+
+        def stop() -> None:
+            engine.run(["stop", cid], check=False)
+    what = "pip install ." if image is None else \
+        "image" if healthcheck else "image, --no-healthcheck"
+    result: dict = {"cpus": cpus, "rates": [], "what": what}
     try:
         live = None
         while True:
@@ -190,9 +232,7 @@ def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float,
                 "cpu_us_per_request": round((u1 - u0) / 1000 / len(lat), 1),
             })
     finally:
-        proc.terminate()
-        proc.wait(30)
-        group.remove()
+        stop()
     return result
 
 
@@ -203,6 +243,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--twistd", default=os.path.join(os.path.dirname(sys.executable), "twistd"),
                     help="the twistd to run (make bench-quota: the daemon's own venv)")
+    ap.add_argument("--image", action="store_true",
+                    help="also measure the Docker image (docker run --cpus)")
     args = ap.parse_args()
     if not os.path.isdir(CPU) or not os.access(CPU, os.W_OK):
         print(f"bench-quota needs a writable cgroup v1 cpu controller at {CPU}", file=sys.stderr)
@@ -215,17 +257,32 @@ def main() -> int:
         bg.start()
         for cpus in args.cpus:
             results.append(run_quota(topo, cpus, args.rates, args.seconds, args.twistd))
+        if args.image:
+            from dockerengine import DockerEngine, base_images, build_pg_status
+
+            engine = DockerEngine.find_or_start()
+            try:
+                images = base_images(engine)
+                build_pg_status(engine, images)
+                for cpus in args.cpus:
+                    for healthcheck in (True, False):
+                        results.append(run_quota(topo, cpus, args.rates, args.seconds,
+                                                 args.twistd, engine, images.pg_status,
+                                                 healthcheck))
+            finally:
+                engine.stop()
     finally:
         stop.set()
         bg.join(5)
         topo.teardown()
-    print("\n| vCPU | start → /ready | idle CPU (throttled periods) | `/master` at | "
+    print("\n| run | vCPU | start → /ready | idle CPU (throttled periods) | `/master` at | "
           "p50 / p99 / max ms | throttled periods | CPU per request |")
-    print("|---:|---:|---|---:|---|---:|---:|")
+    print("|---|---:|---:|---|---:|---|---:|---:|")
     for r in results:
         for i, x in enumerate(r["rates"]):
-            first = (f"| {r['cpus']} | {r['ready_s']} s | {r['idle']['cpu_ms_per_s']} ms/s "
-                     f"({r['idle']['throttled']}) |") if i == 0 else "| | | |"
+            first = (f"| {r['what']} | {r['cpus']} | {r['ready_s']} s | "
+                     f"{r['idle']['cpu_ms_per_s']} ms/s ({r['idle']['throttled']}) |"
+                     ) if i == 0 else "| | | | |"
             print(f"{first} {x['rate']}/s | {x['p50_ms']} / {x['p99_ms']} / {x['max_ms']} | "
                   f"{x['throttled']} | {x['cpu_us_per_request']} µs |")
     os.makedirs(os.path.join(ROOT, "bench-results"), exist_ok=True)
