@@ -25,8 +25,6 @@ What keeps the answer cheap:
 
 from __future__ import annotations
 
-from email.utils import formatdate
-from http import HTTPStatus
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -37,12 +35,10 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from pgstatus.responses import REPLICA_ROUTES, Renderer, Response, wants_json
-from twisted import copyright
+from pgstatus.wire import DateLine, Wire
 
 #: longest request head the fast path looks at; longer ones go to Klein
 MAX_HEAD = 8192
-#: most bytes of memoised response bytes (and the responses they belong to)
-MAX_WIRE_BYTES = 1 << 20
 #: longest request head accepted at all (``HTTPChannel.totalHeadersSize``,
 #: twisted.web's own limit)
 MAX_TOTAL = 16384
@@ -54,118 +50,12 @@ _TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 
 #: most bytes buffered behind a waiting answer before the client is cut off
 MAX_PENDING = 65536
 
+
 log = Logger(namespace="pgstatus.http")
 
 #: the reason an answer's connection is closed (one Failure for all)
 _DONE = Failure(CONNECTION_DONE)
 
-#: ``twisted.web.server.version``, without importing twisted.web.server
-SERVER_VERSION = b"TwistedWeb/" + copyright.version.encode("ascii")
-_SERVER = b"Server: " + SERVER_VERSION + b"\r\n"
-
-
-def reason(status: int) -> bytes:
-    """
-    The reason phrase of ``status`` (as ``twisted.web.http.responses`` has
-    it for every status the API answers; a test checks they agree).
-    """
-    try:
-        return HTTPStatus(status).phrase.encode("ascii")
-    except ValueError:
-        return b"Unknown"
-
-
-class _Wire:
-    """
-    Response bytes without the ``Date`` header, memoised per response, and
-    what each request head seen asks for, memoised per view.
-
-    Responses of ``/hosts`` and ``/status`` change with nearly every check,
-    so the memo is bounded by the bytes it holds (it keeps the responses it
-    is keyed by alive), not only by its number of entries.
-    """
-
-    def __init__(self, max_bytes: int = MAX_WIRE_BYTES) -> None:
-        self._memo: dict[tuple[Response, bool, bool], tuple[bytes, bytes]] = {}
-        self._plain: dict[Response, tuple[bytes, bytes]] = {}
-        #: complete request (head and the blank line) -> what to answer
-        self.heads: dict[bytes, tuple[Any, ...]] = {}
-        #: the view the memo of heads belongs to
-        self.view: Any = None
-        self._held = 0
-        self._max_bytes = max_bytes
-
-    def reset(self) -> None:
-        """
-        Forget everything: called when the monitor publishes a new view, so
-        the memo only ever holds bytes of the current view's responses.
-        """
-        self._memo.clear()
-        self._plain.clear()
-        self.heads.clear()
-        self.view = None
-        self._held = 0
-
-    def parts(self, r: Response, head_only: bool, close: bool) -> tuple[bytes, bytes]:
-        """
-        The status line and the rest of the response after ``Date``.
-        """
-        if not (head_only or close):
-            # the common case, keyed by the response alone (identity hash)
-            got = self._plain.get(r)
-            if got is None:
-                got = self._plain[r] = self._parts(r, False, False)
-            return got
-        return self._parts(r, head_only, close)
-
-    def _parts(self, r: Response, head_only: bool, close: bool) -> tuple[bytes, bytes]:
-        key = (r, head_only, close)
-        got = self._memo.get(key)
-        if got is None:
-            size = 2 * len(r.body) + 256
-            if len(self._memo) >= 4096 or self._held + size > self._max_bytes:
-                self._memo.clear()
-                self._plain.clear()
-                self.heads.clear()
-                self._held = 0
-            self._held += size
-            head = [b"HTTP/1.1 %d %s\r\n" % (r.status, reason(r.status))]
-            if close:
-                head.append(b"Connection: close\r\n")
-            head.append(_SERVER)
-            tail = []
-            if r.content_type is not None:
-                tail.append(b"Content-Type: " + r.content_type + b"\r\n")
-            if r.status == 405:
-                tail.append(b"Allow: GET, HEAD\r\n")
-            tail.append(b"Content-Length: %d\r\n\r\n" % len(r.body))
-            if not head_only:
-                tail.append(r.body)
-            got = self._memo[key] = (b"".join(head), b"".join(tail))
-        return got
-
-
-class _Date:
-    """
-    The ``Date`` header line, rebuilt at most once a second.
-    """
-
-    def __init__(self, clock: Any) -> None:
-        self._clock = clock
-        self._next = float("-inf")
-        self._line = b""
-
-    def line(self, now: float | None = None) -> bytes:
-        """
-        :param now: the clock's time, when the caller has it already.
-        """
-        if now is None:
-            now = self._clock.seconds()
-        if now >= self._next:
-            second = int(now)
-            self._next = second + 1
-            self._line = b"Date: " + formatdate(second, usegmt=True).encode() + b"\r\n"
-        return self._line
 
 
 class FastSite(Factory):
@@ -192,8 +82,8 @@ class FastSite(Factory):
         self.seconds = reactor.seconds
         self._resource = resource
         self.renderer = renderer
-        self.wire = _Wire()
-        self.date = _Date(reactor)
+        self.wire = Wire()
+        self.date = DateLine(reactor)
         self.fast = fast
         self.max_connections = max_connections
         self.timeout = idle_timeout
@@ -288,7 +178,7 @@ _HEADER_LENGTHS = frozenset(len(n) for n in (b"accept", b"connection", *_NOT_FAS
 _LABELS = {p: p[1:].decode() for p in (
     b"/master", b"/hosts", b"/status", b"/live", b"/ready", b"/version", *_REPLICA_PATHS)}
 
-# What a request head asks for (memoised in _Wire.heads):
+# What a request head asks for (memoised in Wire.heads):
 #: (_FIXED, counter key, status line, rest after Date, close): the same
 #: answer for every request while the view lasts
 _FIXED = "fixed"
@@ -614,7 +504,7 @@ class FastChannel(Protocol):
         return status + site.date.line(now) + tail, close
 
     @staticmethod
-    def _plan(head: bytes, renderer: Renderer, wire: _Wire) -> tuple[Any, ...] | None:
+    def _plan(head: bytes, renderer: Renderer, wire: Wire) -> tuple[Any, ...] | None:
         """
         Parse a request head: what it asks for, or ``None`` for Klein.
         """

@@ -157,10 +157,10 @@ def test_wire_memo_is_bounded_by_bytes():
     Per-check responses (/hosts, /status) must not pile up in the memo of
     response bytes: it holds at most its byte budget.
     """
-    from pgstatus.fastpath import _Wire
     from pgstatus.responses import Response
+    from pgstatus.wire import Wire
 
-    wire = _Wire(max_bytes=100_000)
+    wire = Wire(max_bytes=100_000)
     for i in range(10_000):
         body = b"x" * 1000 + str(i).encode()
         head, tail = wire.parts(Response(200, b"application/json", body), False, False)
@@ -178,11 +178,11 @@ def test_constants_agree_with_twisted_web():
     from twisted.web.http import HTTPChannel, responses
     from twisted.web.server import version
 
-    from pgstatus import fastpath
+    from pgstatus import fastpath, wire
 
     for status in (200, 400, 404, 405, 500, 503):
-        assert fastpath.reason(status) == responses[status]
-    assert fastpath.SERVER_VERSION == version
+        assert wire.reason(status) == responses[status]
+    assert wire.SERVER_VERSION == version
     assert fastpath.MAX_TOTAL == HTTPChannel.totalHeadersSize
 
 
