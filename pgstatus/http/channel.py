@@ -27,8 +27,8 @@ from pgstatus.http.wire import (
     _REPLICA,
     _REPLICA_PATHS,
     _ROTATE,
+    Wire,
     _args,
-    _Wire,
 )
 
 #: longest request head the fast path looks at; longer ones go to Klein
@@ -43,6 +43,7 @@ _TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 
               b"Connection: close\r\n\r\n")
 #: most bytes buffered behind a waiting answer before the client is cut off
 MAX_PENDING = 65536
+
 
 log = Logger(namespace="pgstatus.http")
 
@@ -347,7 +348,7 @@ class FastChannel(Protocol):
         return status + site.date.line(now) + tail, close
 
     @staticmethod
-    def _plan(head: bytes, renderer: Renderer, wire: _Wire) -> tuple[Any, ...] | None:
+    def _plan(head: bytes, renderer: Renderer, wire: Wire) -> tuple[Any, ...] | None:
         """
         Parse a request head: what it asks for, or ``None`` for Klein.
         """

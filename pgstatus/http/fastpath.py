@@ -31,7 +31,7 @@ from twisted.internet.protocol import Factory, Protocol
 
 from pgstatus.http.channel import FastChannel
 from pgstatus.http.responses import Renderer
-from pgstatus.http.wire import _Date, _Wire
+from pgstatus.http.wire import DateLine, Wire
 
 
 class FastSite(Factory):
@@ -58,8 +58,8 @@ class FastSite(Factory):
         self.seconds = reactor.seconds
         self._resource = resource
         self.renderer = renderer
-        self.wire = _Wire()
-        self.date = _Date(reactor)
+        self.wire = Wire()
+        self.date = DateLine(reactor)
         self.fast = fast
         self.max_connections = max_connections
         self.timeout = idle_timeout

@@ -1,8 +1,12 @@
 """
-The fast path's bytes: response bytes without the ``Date`` header memoised
-per response, the ``Date`` line, and what a request head asks for (its
-query arguments, the paths and headers the fast path reads, and the kinds
-of answer memoised per head).
+The bytes of the fast path's answers: every part of an HTTP response but the
+``Date`` header, memoised per :class:`~pgstatus.http.responses.Response`, the
+``Date`` line rebuilt once a second, and the memo of request heads, with
+what a head asks for (its query arguments, the paths and headers the fast
+path reads, and the kinds of answer memoised per head).
+
+Written as ``twisted.web`` writes them, without importing
+``twisted.web.server`` (a test checks they agree).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from twisted import copyright
 
 #: most bytes of memoised response bytes (and the responses they belong to)
 MAX_WIRE_BYTES = 1 << 20
-#: ``twisted.web.server.version``, without importing twisted.web.server
+
+#: ``twisted.web.server.version``
 SERVER_VERSION = b"TwistedWeb/" + copyright.version.encode("ascii")
 _SERVER = b"Server: " + SERVER_VERSION + b"\r\n"
 
@@ -33,7 +38,7 @@ def reason(status: int) -> bytes:
         return b"Unknown"
 
 
-class _Wire:
+class Wire:
     """
     Response bytes without the ``Date`` header, memoised per response, and
     what each request head seen asks for, memoised per view.
@@ -103,7 +108,7 @@ class _Wire:
         return got
 
 
-class _Date:
+class DateLine:
     """
     The ``Date`` header line, rebuilt at most once a second.
     """
@@ -124,6 +129,7 @@ class _Date:
             self._next = second + 1
             self._line = b"Date: " + formatdate(second, usegmt=True).encode() + b"\r\n"
         return self._line
+
 
 def _args(query: bytes) -> dict[str, str]:
     if b"%" not in query and b"+" not in query:
@@ -155,7 +161,7 @@ _HEADER_LENGTHS = frozenset(len(n) for n in (b"accept", b"connection", *_NOT_FAS
 _LABELS = {p: p[1:].decode() for p in (
     b"/master", b"/hosts", b"/status", b"/live", b"/ready", b"/version", *_REPLICA_PATHS)}
 
-# What a request head asks for (memoised in _Wire.heads):
+# What a request head asks for (memoised in Wire.heads):
 #: (_FIXED, counter key, status line, rest after Date, close): the same
 #: answer for every request while the view lasts
 _FIXED = "fixed"

@@ -158,9 +158,9 @@ def test_wire_memo_is_bounded_by_bytes():
     response bytes: it holds at most its byte budget.
     """
     from pgstatus.http.responses import Response
-    from pgstatus.http.wire import _Wire
+    from pgstatus.http.wire import Wire
 
-    wire = _Wire(max_bytes=100_000)
+    wire = Wire(max_bytes=100_000)
     for i in range(10_000):
         body = b"x" * 1000 + str(i).encode()
         head, tail = wire.parts(Response(200, b"application/json", body), False, False)
