@@ -8,7 +8,7 @@ importing the package (its dependencies may not be installed yet).
 import re
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
 VERSION = re.search(
@@ -25,7 +25,7 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.11",
-    packages=["pgstatus", "twisted.plugins"],
+    packages=[*find_packages(include=["pgstatus", "pgstatus.*"]), "twisted.plugins"],
     package_data={"twisted": ["plugins/pgstatus_plugin.py"]},
     install_requires=[
         "twisted>=24.3,<27",

@@ -46,7 +46,7 @@ the request, so nothing at all (no ``agent-send``) is answered ``down``.  A
 line longer than :data:`MAX_LINE` bytes is answered ``down`` at once.  After
 the answer the connection is closed; anything else the client sends is
 ignored.  Everything runs on the reactor from the current
-:class:`~pgstatus.state.View`; nothing blocks.
+:class:`~pgstatus.model.status.View`; nothing blocks.
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from pgstatus.listener import ListenerService
-from pgstatus.state import HostStatus, View
+from pgstatus.http.listener import ListenerService
+from pgstatus.model.status import HostStatus, View
 
 __all__ = [
     "MAX_CONNECTIONS",

@@ -20,27 +20,27 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from pgstatus import __version__
-from pgstatus.api import StatusAPI
-from pgstatus.config import (
+from pgstatus.config.environ import load_config
+from pgstatus.config.files import (
     ENV_FILE,
-    Config,
-    ConfigError,
     env_file_path,
-    load_config,
     process_environ,
     read_env_file,
     with_env_file,
 )
-from pgstatus.fastpath import FastSite
-from pgstatus.freshness import MIN_EXTRA_INTERVAL, FreshReads
-from pgstatus.hub import Hub
-from pgstatus.listener import ListenerService
-from pgstatus.logging import LevelFilter, factory_observer, install_observer
-from pgstatus.metrics import MetricsRenderer
-from pgstatus.monitor import MonitorService
+from pgstatus.config.settings import Config, ConfigError
+from pgstatus.http.api import StatusAPI
+from pgstatus.http.fastpath import FastSite
+from pgstatus.http.freshness import FreshReads
+from pgstatus.http.hub import Hub
+from pgstatus.http.listener import ListenerService
+from pgstatus.http.metrics import MetricsRenderer
+from pgstatus.logging.observers import LevelFilter
+from pgstatus.logging.twistd import factory_observer, install_observer
+from pgstatus.monitor.scheduler import MIN_EXTRA_INTERVAL, MonitorService
 
 # Imported where used, so a daemon that does not use them does not load
-# them: pgstatus.agent (pg_status__agent_port), pgstatus.reload
+# them: pgstatus.agent (pg_status__agent_port), pgstatus.config.reload
 # (pg_status__env_file), and, through FastSite, twisted.web.server and Klein.
 
 log = Logger(namespace="pgstatus.main")
@@ -157,7 +157,7 @@ class PgStatusService(MultiService):
         #: the streams of our followers (``GET /follow``), ``None`` on a follower
         self.hub: Hub | None = None
         if config.follow:
-            from pgstatus.follower import FollowerService
+            from pgstatus.monitor.follower import FollowerService
 
             self.follower = FollowerService(config, reactor, self.monitor)
             self.follower.setServiceParent(self)
@@ -216,7 +216,7 @@ class PgStatusService(MultiService):
             config_log.warn("{warning}", warning=w)
         super().startService()
         if self.env_file is not None:
-            from pgstatus.reload import install_sighup
+            from pgstatus.config.reload import install_sighup
 
             self._restore_sighup = install_sighup(self._reactor, self.reload)
         if self._server_options is not None:
@@ -257,7 +257,7 @@ class PgStatusService(MultiService):
         """
         if self.env_file is None:
             return False
-        from pgstatus.reload import plan_reload
+        from pgstatus.config.reload import plan_reload
 
         try:
             values = read_env_file(self.env_file)

@@ -4,7 +4,7 @@ Shared fixtures: a real PostgreSQL topology and TCP proxies.
 Fixtures
 --------
 ``pg_topology`` (session)
-    One primary and two streaming replicas (``tests/pgtopology.py``), started
+    One primary and two streaming replicas (``tests/pgtopology/``), started
     from the local PostgreSQL binaries for the whole session.  Without
     PostgreSQL the tests fail; they never skip.
 ``guarded_topology`` (function)
@@ -248,14 +248,14 @@ class LogEvents(list):
     """
 
     def text(self) -> list[str]:
-        from pgstatus.logging import format_text
+        from pgstatus.logging.formats import format_text
 
         return [format_text(e) for e in list(self)]
 
     def json(self) -> list[dict]:
         import json
 
-        from pgstatus.logging import format_json
+        from pgstatus.logging.formats import format_json
 
         return [json.loads(format_json(e)) for e in list(self)]
 

@@ -1,5 +1,5 @@
 """
-Invariant checking for the fault tests (``tests/test_faults.py``).
+Invariant checking for the fault tests (``tests/monitor/test_faults.py``).
 
 While a fault is injected into the real topology, a :class:`Sampler` asks
 the running service every ~50 ms for ``/ready``, ``/master``, ``/replica``
@@ -9,7 +9,7 @@ and ``/replica?min_lsn=…&timeline=…`` (for the latest write of a
 - the views the service published while the request was in flight
   (recorded by a :class:`ViewLog`; a handler answers from exactly one of
   them), through selection rules written here from the specification, not
-  taken from ``pgstatus.selection``;
+  taken from ``pgstatus.model.selection``;
 - :class:`Truth`: what the scenario knows about every host name over time
   (up or down, master or not, which server is behind it);
 - the data itself: a replica answered for ``min_lsn`` must have the row of
@@ -28,7 +28,7 @@ from pgtopology import PgNode, PgTopology, lsn_to_int
 from twisted.internet.defer import Deferred, DeferredList, inlineCallbacks, succeed
 from twisted.internet.task import deferLater
 
-from pgstatus.turns import AUTH_PAUSE, TURN_LIMIT
+from pgstatus.monitor.turns import AUTH_PAUSE, TURN_LIMIT
 from service import RunningService, blocking
 
 

@@ -15,7 +15,8 @@ from twisted.internet.defer import Deferred, inlineCallbacks
 from twisted.internet.task import deferLater
 from twisted.web.client import HTTPConnectionPool
 
-from pgstatus.config import load_config, with_env_file
+from pgstatus.config.environ import load_config
+from pgstatus.config.files import with_env_file
 from pgstatus.tap import PgStatusService
 
 

@@ -43,9 +43,10 @@ from pgstatus.agent import (
     decide,
     parse_request,
 )
-from pgstatus.config import ConfigError, load_config
-from pgstatus.selection import Filters, matches, select_master
-from pgstatus.state import HostStatus, View
+from pgstatus.config.environ import load_config
+from pgstatus.config.settings import ConfigError
+from pgstatus.model.selection import Filters, matches, select_master
+from pgstatus.model.status import HostStatus, View
 from service import blocking, ready, wait_until
 
 # ---------------------------------------------------------------------------

@@ -45,7 +45,7 @@ TIMEOUT_MS = 3000
 def worker(hub: str, count: int, env: dict[str, str]) -> None:
     from twisted.internet import reactor
 
-    from pgstatus.config import load_config
+    from pgstatus.config.environ import load_config
     from pgstatus.tap import PgStatusService
 
     def say(**event: object) -> None:

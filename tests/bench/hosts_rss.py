@@ -2,7 +2,7 @@
 ``make bench-hosts``: the service's RSS with 1, 10 and 100 configured hosts.
 
 Starts a real PostgreSQL primary and two streaming replicas
-(``tests/pgtopology.py``); for each host count N, starts the service
+(``tests/pgtopology/``); for each host count N, starts the service
 (``twistd -n pgstatus``, as ``make bench`` does) with N host entries that
 cycle over the three servers (the same server may be listed several times:
 each entry is monitored on its own, with its own connection), waits until

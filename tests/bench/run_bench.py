@@ -4,7 +4,7 @@
 What it does (unattended, a few minutes on a 2-core machine):
 
 1. Starts a real PostgreSQL primary and two streaming replicas
-   (``tests/pgtopology.py``) and a writer thread committing ~100
+   (``tests/pgtopology/``) and a writer thread committing ~100
    transactions/s to the primary; after every commit the writer publishes
    ``pg_current_wal_insert_lsn()`` to a file (the "fresh LSN").
 2. Starts the service as ``taskset -c 0 twistd -n --pidfile= pgstatus``
@@ -561,8 +561,9 @@ class Bench:
             "from twisted.internet import epollreactor; epollreactor.install()\n"
             "import twisted.scripts.twistd, twisted.logger\n"
             "import psycopg2, txpostgres.txpostgres\n"
-            "import pgstatus.tap, pgstatus.api, pgstatus.monitor, pgstatus.fastpath\n"
-            "import pgstatus.logging, pgstatus.probe, pgstatus.responses\n"
+            "import pgstatus.tap, pgstatus.http.api, pgstatus.monitor.scheduler\n"
+            "import pgstatus.http.fastpath, pgstatus.logging, pgstatus.monitor.probe\n"
+            "import pgstatus.http.responses\n"
             "from twisted.plugins import pgstatus_plugin\n"
             "sys.stdout.write('imported\\n'); sys.stdout.flush()\n"
             "sys.stdin.read()\n"

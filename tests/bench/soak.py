@@ -5,7 +5,7 @@ Not part of ``make test``.  What it does (default 10 minutes of load, plus
 about half a minute of setup and teardown):
 
 1. Starts a real PostgreSQL primary and two streaming replicas
-   (``tests/pgtopology.py``) and the service as
+   (``tests/pgtopology/``) and the service as
    ``taskset -c 0 twistd -n --pidfile= pgstatus`` (PYTHONPATH = the
    repository; ``pg_status__sleep_ms=500``, ``pg_status__query_timeout_ms=500``,
    ``pg_status__max_fails=3``, listening on 127.0.0.1 only), and waits for

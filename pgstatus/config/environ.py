@@ -1,0 +1,396 @@
+"""
+Configuration of pg-status, read from ``pg_status__*`` environment variables.
+
+This module is pure: :func:`load_config` takes a mapping (normally
+``os.environ``), validates every variable and returns an immutable
+:class:`Config`, or raises :class:`ConfigError` naming the offending
+variable. It does no I/O and no logging; startup warnings (for example a
+partially configured locality dimension) are returned in
+:attr:`Config.warnings` for the caller to log.
+
+General rules:
+
+* An empty value of an optional variable means "not set": the default
+  applies. For variables whose value is parsed (numbers, ports, addresses,
+  levels, locality), surrounding whitespace is ignored, so a blank value is
+  also "not set".
+* ``pg_status__pg_password`` is the exception: an empty value is an empty
+  password (libpq then falls back to ``PGPASSFILE``). Its value never
+  appears in errors, ``repr(Config)`` or :meth:`Config.public_items`.
+* Unknown ``pg_status__*`` variables are ignored for forward compatibility.
+* TLS towards PostgreSQL is configured by libpq's own ``PGSSL*`` variables
+  and is not handled here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+
+from pgstatus.config.files import read_password_file
+from pgstatus.config.settings import (
+    _DEFAULT_PG_PORT,
+    _ENV_NAME_RE,
+    _INT_MAX,
+    _INT_RE,
+    _LOG_FORMATS,
+    _LOG_LEVELS,
+    PREFIX,
+    Config,
+    ConfigError,
+    HostConfig,
+    _check_no_nul,
+    _raw,
+    _shown,
+    _stripped,
+)
+
+
+def _parse_int(variable: str, text: str, lo: int, hi: int, expected: str) -> int:
+    """
+    Parse plain decimal digits into an integer in ``[lo, hi]``.
+
+    :param variable: full variable name, for the error.
+    :param text: the value, already stripped.
+    :param lo: smallest accepted value.
+    :param hi: largest accepted value.
+    :param expected: description such as ``"an integer greater than 0"``.
+    :raises ConfigError: when the value is not plain digits or out of range.
+    """
+    if not _INT_RE.fullmatch(text):
+        raise ConfigError(variable, f"must be {expected}, got {_shown(text)}")
+    # Check the length before int(): huge digit strings are slow to convert
+    # and may exceed Python's int conversion limit.
+    significant = text.lstrip("0")
+    if len(significant) > len(str(_INT_MAX)) or (significant and int(significant) > _INT_MAX):
+        raise ConfigError(variable, f"must be {expected}, got {_shown(text)}, which is too large")
+    value = int(text)
+    if value < lo or value > hi:
+        raise ConfigError(variable, f"must be {expected}, got {_shown(text)}")
+    return value
+
+
+# ---------------------------------------------------------------------------
+# Variable groups
+
+# name -> (minimum, maximum, expected-description); defaults live on Config.
+_INT_SETTINGS: dict[str, tuple[int, int, str]] = {
+    "max_fails": (1, _INT_MAX, "an integer of at least 1"),
+    "sleep_ms": (1, _INT_MAX, "an integer greater than 0"),
+    "query_timeout_ms": (1, _INT_MAX, "an integer greater than 0"),
+    "conn_max_age_ms": (1, _INT_MAX, "an integer greater than 0"),
+    "poll_error_log_interval_ms": (0, _INT_MAX, "a non-negative integer"),
+    "sync_max_lag_ms": (0, _INT_MAX, "a non-negative integer"),
+    "sync_max_lag_bytes": (0, _INT_MAX, "a non-negative integer"),
+    "http_port": (0, 65535, "an integer from 0 to 65535"),
+    "min_lsn_wait_ms": (0, 60000, "an integer from 0 to 60000"),
+    "http_max_connections": (1, 1000000, "an integer from 1 to 1000000"),
+    "http_idle_timeout_ms": (1, _INT_MAX, "an integer greater than 0"),
+    "http_header_timeout_ms": (1, _INT_MAX, "an integer greater than 0"),
+    "sync_evict_after_checks": (0, 1000000, "an integer from 0 to 1000000"),
+    "sync_reenter_lag_ms": (0, _INT_MAX, "a non-negative integer"),
+    "sync_reenter_lag_bytes": (0, _INT_MAX, "a non-negative integer"),
+    "min_serving_replicas": (0, 1000000, "an integer from 0 to 1000000"),
+    "agent_port": (0, 65535, "an integer from 0 to 65535 (0: off)"),
+    "follow_timeout_ms": (2000, 3600000, "an integer from 2000 to 3600000"),
+}
+
+_FOLLOW_URL_RE = re.compile(r"http://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?(/[^\s?#]*)?")
+
+
+def _parse_follow(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """
+    ``pg_status__follow``: comma-separated ``http://host[:port][/prefix]``
+    base URLs of hubs, without a trailing slash.
+    """
+    variable = PREFIX + "follow"
+    text = _stripped(environ, "follow")
+    if text is None:
+        return ()
+    urls = []
+    for position, part in enumerate(text.split(","), start=1):
+        url = part.strip().rstrip("/")
+        m = _FOLLOW_URL_RE.fullmatch(url)
+        if not m or (m.group(2) and not 0 < int(m.group(2)[1:]) <= 65535):
+            raise ConfigError(
+                variable,
+                f"entry {position} must be a base URL like http://pg-status-hub:8000 "
+                f"(plain http), got {_shown(part.strip())}")
+        if url in urls:
+            raise ConfigError(variable, f"names {_shown(url)} twice")
+        urls.append(url)
+    return tuple(urls)
+
+
+def _parse_hosts(environ: Mapping[str, str]) -> list[str]:
+    variable = PREFIX + "hosts"
+    text = _stripped(environ, "hosts")
+    if text is None:
+        raise ConfigError(variable, "is required: a comma-separated list of PostgreSQL hosts")
+    names = [part.strip() for part in text.split(",")]
+    for position, name in enumerate(names, start=1):
+        if not name:
+            raise ConfigError(
+                variable,
+                f"entry {position} of {len(names)} is empty; "
+                f"expected a comma-separated list of host names, got {_shown(text)}",
+            )
+        _check_no_nul(variable, name)
+    return names
+
+
+def _parse_ports(environ: Mapping[str, str], host_count: int) -> list[int]:
+    variable = PREFIX + "pg_port"
+    text = _stripped(environ, "pg_port")
+    if text is None:
+        return [_DEFAULT_PG_PORT] * host_count
+    parts = [part.strip() for part in text.split(",")]
+    if len(parts) != 1 and len(parts) != host_count:
+        raise ConfigError(
+            variable,
+            f"expected one port for all hosts or {host_count} comma-separated ports "
+            f"(one per entry of {PREFIX}hosts), got {len(parts)}: {_shown(text)}",
+        )
+    ports = []
+    for part in parts:
+        if not part:
+            raise ConfigError(variable, f"contains an empty port entry, got {_shown(text)}")
+        ports.append(_parse_int(variable, part, 1, 65535, "a port from 1 to 65535"))
+    if len(ports) == 1:
+        ports = ports * host_count
+    return ports
+
+
+def _parse_locality_list(environ: Mapping[str, str], name: str) -> list[str | None] | None:
+    """Per-host values of ``hosts_dc``/``hosts_geo``; ``None`` if not set."""
+    text = _stripped(environ, name)
+    if text is None:
+        return None
+    _check_no_nul(PREFIX + name, text)
+    return [part.strip() or None for part in text.split(",")]
+
+
+def _resolve_current(environ: Mapping[str, str], name: str) -> tuple[str | None, str | None]:
+    """
+    Effective current value of a locality dimension.
+
+    ``pg_status__current_<dim>`` wins over ``pg_status__current_<dim>_env``.
+    The indirect name is always validated when set, and looked up once
+    (never recursively).
+
+    :return: ``(value, referenced_name)``; ``value`` is ``None`` when
+        unavailable; ``referenced_name`` is the validated indirect name, if
+        set (used in warnings).
+    """
+    env_variable = PREFIX + name + "_env"
+    ref = _stripped(environ, name + "_env")
+    if ref is not None and not _ENV_NAME_RE.fullmatch(ref):
+        raise ConfigError(
+            env_variable,
+            "must be the name of an environment variable matching "
+            f"[A-Za-z_][A-Za-z0-9_]*, got {_shown(ref)}",
+        )
+    direct = _stripped(environ, name)
+    if direct is not None:
+        _check_no_nul(PREFIX + name, direct)
+        return direct, ref
+    if ref is None:
+        return None, None
+    value = environ.get(ref)
+    value = value.strip() if value is not None else ""
+    if "\x00" in value:
+        raise ConfigError(
+            env_variable,
+            f"the referenced variable {ref} must not contain a NUL character",
+        )
+    return (value or None), ref
+
+
+def _locality(
+    environ: Mapping[str, str], dim: str, label: str, host_names: list[str]
+) -> tuple[list[str | None], str | None, bool, str | None]:
+    """
+    Resolve one locality dimension (``dim`` is ``"dc"`` or ``"geo"``).
+
+    :return: ``(per_host_values, current, used, warning)``.
+    """
+    list_var = PREFIX + "hosts_" + dim
+    current_var = PREFIX + "current_" + dim
+    env_var = current_var + "_env"
+
+    values = _parse_locality_list(environ, "hosts_" + dim)
+    current, ref = _resolve_current(environ, "current_" + dim)
+
+    count = len(host_names)
+    per_host: list[str | None] = [None] * count
+    if values is not None:
+        for i, value in enumerate(values[:count]):
+            per_host[i] = value
+
+    if values is None and current is None:
+        return per_host, None, False, None
+
+    problems = []
+    if values is None:
+        problems.append(f"{list_var} is not set")
+    else:
+        if len(values) != count:
+            entries = "entry" if len(values) == 1 else "entries"
+            problems.append(f"{list_var} has {len(values)} {entries} but {PREFIX}hosts has {count}")
+        missing = [host_names[i] for i in range(count) if per_host[i] is None]
+        if missing and len(values) >= count:
+            shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+            problems.append(f"{list_var} has no value for host(s) {shown}")
+    if current is None:
+        if ref is not None:
+            problems.append(
+                f"{env_var} names {ref}, which is not set or empty, and {current_var} is not set"
+            )
+        else:
+            problems.append(f"neither {current_var} nor {env_var} is set")
+
+    if problems:
+        warning = (f"{dim} preference disabled: incomplete locality configuration; "
+                   + "; ".join(problems))
+        return per_host, current, False, warning
+    return per_host, current, True, None
+
+
+def _parse_listen_address(environ: Mapping[str, str]) -> str:
+    variable = PREFIX + "http_listen_address"
+    text = _stripped(environ, "http_listen_address")
+    if text is None:
+        return "0.0.0.0"
+    if text == "*":
+        return "*"
+    candidate = text
+    bracketed = text.startswith("[") and text.endswith("]")
+    if bracketed:
+        candidate = text[1:-1]
+    expected = "must be an IPv4 address, an IPv6 address or *"
+    try:
+        address = ipaddress.ip_address(candidate)
+    except ValueError:
+        raise ConfigError(variable, f"{expected}, got {_shown(text)}") from None
+    if bracketed and address.version != 6:
+        raise ConfigError(variable, f"{expected}, got {_shown(text)}")
+    # Keep the literal as written (without brackets) for listening and logs.
+    return candidate
+
+
+def _parse_log_level(environ: Mapping[str, str]) -> str:
+    text = _stripped(environ, "log_level")
+    if text is None:
+        return "info"
+    level = _LOG_LEVELS.get(text.lower())
+    if level is None:
+        raise ConfigError(
+            PREFIX + "log_level",
+            f"must be one of debug, info, warning (or warn), error, fatal, got {_shown(text)}",
+        )
+    return level
+
+
+def _parse_log_format(environ: Mapping[str, str]) -> str:
+    text = _stripped(environ, "log_format")
+    if text is None:
+        return "text"
+    fmt = text.lower()
+    if fmt not in _LOG_FORMATS:
+        raise ConfigError(PREFIX + "log_format", f"must be text or json, got {_shown(text)}")
+    return fmt
+
+
+def _parse_text(environ: Mapping[str, str], name: str, default: str) -> str:
+    value = _raw(environ, name)
+    if value is None:
+        return default
+    _check_no_nul(PREFIX + name, value)
+    return value
+
+
+# ---------------------------------------------------------------------------
+# Entry point
+
+
+def load_config(environ: Mapping[str, str]) -> Config:
+    """
+    Build the configuration from ``pg_status__*`` environment variables.
+
+    :param environ: the environment, normally ``os.environ``. Variables
+        named by ``pg_status__current_dc_env``/``pg_status__current_geo_env``
+        are looked up in it too.
+    :return: the validated configuration; partially configured locality is
+        reported in :attr:`Config.warnings`, not as an error.
+    :raises ConfigError: when a variable is missing or invalid; the error
+        names the variable.
+    """
+    host_names = _parse_hosts(environ)
+    ports = _parse_ports(environ, len(host_names))
+
+    pg_user = _parse_text(environ, "pg_user", "postgres")
+    pg_database = _parse_text(environ, "pg_database", "postgres")
+    pg_password = environ.get(PREFIX + "pg_password")
+    password_file = _stripped(environ, "pg_password_file")
+    if password_file is not None:
+        if pg_password is not None:
+            raise ConfigError(PREFIX + "pg_password_file",
+                              "set either it or pg_status__pg_password, not both")
+        pg_password = read_password_file(password_file)
+    if pg_password is None:
+        pg_password = "postgres"
+    _check_no_nul(PREFIX + "pg_password", pg_password, secret=True)
+
+    dcs, current_dc, use_dc, dc_warning = _locality(environ, "dc", "DC", host_names)
+    geos, current_geo, use_geo, geo_warning = _locality(environ, "geo", "Geo", host_names)
+    warnings = tuple(w for w in (dc_warning, geo_warning) if w is not None)
+
+    numbers = {}
+    for name, (lo, hi, expected) in _INT_SETTINGS.items():
+        text = _stripped(environ, name)
+        if text is not None:
+            numbers[name] = _parse_int(PREFIX + name, text, lo, hi, expected)
+
+    hosts = tuple(
+        HostConfig(name=name, port=port, dc=dc, geo=geo)
+        for name, port, dc, geo in zip(host_names, ports, dcs, geos, strict=True)
+    )
+    return Config(
+        hosts=hosts,
+        pg_user=pg_user,
+        pg_password=pg_password,
+        pg_database=pg_database,
+        current_dc=current_dc,
+        current_geo=current_geo,
+        use_dc=use_dc,
+        use_geo=use_geo,
+        http_listen_address=_parse_listen_address(environ),
+        log_level=_parse_log_level(environ),
+        log_format=_parse_log_format(environ),
+        follow=_parse_follow(environ),
+        warnings=warnings,
+        **numbers,
+    )
+
+
+def log_settings(environ: Mapping[str, str]) -> tuple[str, str]:
+    """
+    The log level and format only, for setting up logging before (or
+    without) full validation.
+
+    Never raises: an invalid value falls back to its default (``"info"`` or
+    ``"text"``); :func:`load_config` reports it as a :class:`ConfigError`.
+
+    :param environ: the environment, normally ``os.environ``.
+    :return: ``(log_level, log_format)``, normalised as in :class:`Config`.
+    """
+    try:
+        level = _parse_log_level(environ)
+    except ConfigError:
+        level = "info"
+    try:
+        fmt = _parse_log_format(environ)
+    except ConfigError:
+        fmt = "text"
+    return level, fmt

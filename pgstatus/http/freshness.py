@@ -1,0 +1,128 @@
+"""
+Fresh read-your-writes without the master (an opt-in addition).
+
+A ``min_lsn`` request that no replica satisfies yet may wait up to
+``wait_ms`` (or ``pg_status__min_lsn_wait_ms``): the replicas that are
+behind get an immediate extra check, and the request is answered as soon
+as a published view has a replica that qualifies, or with the master when
+the wait ends.  Waiting requests cost nothing while they wait: they are
+Deferreds re-examined only when a check publishes a new view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+
+from pgstatus.model.status import View
+
+#: the most requests waiting at once; more are answered at once
+MAX_WAITERS = 10000
+#: a waiting request asks again for checks of the hosts that are still
+#: behind after this long, then after twice as long, and so on
+RECHECK_AFTER = 0.01
+
+
+class _Waiter:
+    __slots__ = ("test", "d", "timer", "hosts", "again_at", "gap")
+
+    def __init__(self, test: Callable[[View], bool], d: Deferred[None], timer: Any,
+                 hosts: tuple[int, ...], now: float) -> None:
+        self.test = test
+        self.d = d
+        self.timer = timer
+        self.hosts = hosts
+        self.gap = RECHECK_AFTER
+        self.again_at = now + RECHECK_AFTER
+
+
+class FreshReads:
+    """
+    Coordinates waiting ``min_lsn`` requests with extra replica checks.
+
+    :param clock: time and timers.
+    :param check_soon: ``(host_index) -> None``: start an extra check of a
+        host unless one is running (see
+        :meth:`pgstatus.monitor.scheduler.HostMonitor.check_soon`).
+    """
+
+    def __init__(self, clock: IReactorTime, check_soon: Callable[[int], None]) -> None:
+        self._clock = clock
+        self._check_soon = check_soon
+        self._waiters: list[_Waiter] = []
+        #: extra checks requested (for measurements)
+        self.extra_checks_requested = 0
+
+    @property
+    def waiting(self) -> int:
+        """
+        Requests waiting now.
+        """
+        return len(self._waiters)
+
+    def wait(self, test: Callable[[View], bool], timeout: float,
+             hosts: Iterable[int]) -> Deferred[None]:
+        """
+        Fire (with ``None``) once a published view passes ``test``, or after
+        ``timeout`` seconds, whichever comes first.  Checks ``hosts`` now.
+        """
+        d: Deferred[None] = Deferred()
+        if len(self._waiters) >= MAX_WAITERS:
+            d.callback(None)
+            return d
+        hosts = tuple(hosts)
+        waiter = _Waiter(test, d, None, hosts, self._clock.seconds())
+        waiter.timer = self._clock.callLater(timeout, self._expire, waiter)
+        self._waiters.append(waiter)
+        self._ask(hosts)
+        return d
+
+    def _ask(self, hosts: Iterable[int]) -> None:
+        for i in hosts:
+            self.extra_checks_requested += 1
+            self._check_soon(i)
+
+    def _expire(self, waiter: _Waiter) -> None:
+        try:
+            self._waiters.remove(waiter)
+        except ValueError:
+            return
+        waiter.d.callback(None)
+
+    def published(self, old: View, new: View) -> None:
+        """
+        Registry observer: release the waiters the new view satisfies.
+        """
+        if not self._waiters:
+            return
+        done = [w for w in self._waiters if w.test(new)]
+        if len(done) < len(self._waiters):
+            self._ask_again(done)
+        if not done:
+            return
+        for w in done:
+            self._waiters.remove(w)
+            if w.timer.active():
+                w.timer.cancel()
+        for w in done:
+            w.d.callback(None)
+
+    def _ask_again(self, done: list[_Waiter]) -> None:
+        """
+        A check came back and the view still does not serve a waiting
+        request (the replica had not replayed the write yet when it was
+        checked): ask again for its hosts, spaced by a doubling gap, so a
+        replica that stays behind is not checked in a loop.
+        """
+        now = self._clock.seconds()
+        hosts: set[int] = set()
+        for w in self._waiters:
+            if now >= w.again_at and w not in done:
+                hosts.update(w.hosts)
+                w.gap *= 2
+                w.again_at = now + w.gap
+        self._ask(sorted(hosts))
+

@@ -1,0 +1,490 @@
+"""
+What every endpoint answers, as plain data: a :class:`Response` built from
+the current :class:`~pgstatus.model.status.View` and the request's parameters.
+
+Both HTTP front ends (the Klein app and the fast path) render through this
+module, so they cannot disagree.  Work that depends only on the view
+(``/hosts`` JSON, encoded host names, candidate lists) is memoised in
+``view.cache`` and so done once per state change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from pgstatus.config.settings import Config
+from pgstatus.http.freshness import FreshReads
+from pgstatus.http.params import (
+    _ROUTES,
+    BadParameter,
+    format_lsn,
+    parse_filters,
+    parse_key,
+    parse_wait,
+)
+from pgstatus.model.selection import (
+    Filters,
+    Locality,
+    RoundRobin,
+    candidates,
+    local_group,
+    matches,
+    most_sync,
+    replayed,
+    with_floor,
+)
+from pgstatus.model.status import HostStatus, View
+
+log = Logger(namespace="pgstatus.http")
+selection_log = Logger(namespace="pgstatus.selection")
+
+TEXT = b"text/plain; charset=utf-8"
+JSON = b"application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """
+    An HTTP answer: status code, ``Content-Type`` (``None`` for an empty
+    body) and body.
+    """
+
+    status: int
+    content_type: bytes | None
+    body: bytes
+
+    # Hash by identity (C speed): responses are memoised objects, and the
+    # HTTP layer's per-response caches only need identity; equality still
+    # compares the fields.
+    __hash__ = object.__hash__
+
+
+def json_response(status: int, obj: object) -> Response:
+    """
+    A JSON response.
+    """
+    return Response(status, JSON, json.dumps(obj).encode())
+
+
+def error(status: int, text: str) -> Response:
+    """
+    ``{"error_text": text}`` with ``status``.
+    """
+    return json_response(status, {"error_text": text})
+
+
+def text(body: str, status: int = 200) -> Response:
+    """
+    A plain-text response.
+    """
+    return Response(status, TEXT, body.encode())
+
+
+EMPTY_404 = Response(404, None, b"")
+EMPTY_405 = Response(405, None, b"")
+NOT_READY = error(503, "pg_monitor is not ready")
+OK = text("OK")
+NO_HOST_JSON = json_response(404, {"host": None, "dc": None, "geo": None})
+NO_STATUS_HOST = error(400, "Get parameter 'host' wasn't passed")
+
+#: memoised request plans per view
+MAX_PLANS = 1024
+#: plan marker: wait for a replica to catch up
+_WAIT = object()
+
+class _Fallback:
+    """
+    Plan: answer with the master because no replica qualifies, for
+    ``reason`` (counted per request for ``/metrics``).
+    """
+
+    __slots__ = ("response", "reason")
+
+    def __init__(self, response: Response, reason: str) -> None:
+        self.response = response
+        self.reason = reason
+
+
+def _log_fallback(route: str, reason: str) -> None:
+    """
+    The original service's debug line for a replica request answered with
+    the master.  Logged when the answer is planned (once per view and
+    query), not for every request the plan then serves.
+    """
+    selection_log.debug("master returned instead of replica context={context}",
+                        context=f"route=/{route} reason={reason}")
+
+
+def fallback_reason(view: View, f: Filters) -> str:
+    """
+    Why no replica qualifies: ``no_replica`` (none alive), ``lag`` (none
+    within the lag limits), ``timeline`` or ``min_lsn``.
+    """
+    replicas = [h for h in view.hosts if h.alive and not h.master]
+    if not replicas:
+        return "no_replica"
+    lag_only = Filters(f.lag_ms, f.lag_bytes, f.mode)
+    within = [h for h in replicas if matches(h, lag_only, view.master)]
+    if not within:
+        return "lag"
+    if f.timeline is not None and not any(
+            matches(h, Filters(timeline=f.timeline), view.master) for h in within):
+        return "timeline"
+    return "min_lsn"
+
+
+def rendezvous(group: tuple[HostStatus, ...], key: str) -> HostStatus:
+    """
+    The member of ``group`` with the highest hash of ``(key, host name)``
+    (rendezvous hashing): a session keeps its replica while that replica
+    stays eligible, and when the group changes only the sessions of the
+    replicas that left or joined move.
+    """
+    best, best_score = group[0], b""
+    k = key.encode("utf-8", "surrogatepass")
+    for h in group:
+        score = hashlib.blake2b(k + b"\0" + h.name.encode("utf-8", "surrogatepass"),
+                                digest_size=8).digest()
+        if score > best_score:
+            best, best_score = h, score
+    return best
+
+
+def host_json(h: HostStatus, with_name: bool = True, extras: bool = False) -> dict:
+    """
+    One host as ``/hosts`` and ``/status`` show it.
+
+    :param extras: add ``sync_note`` (why a replica is out of the sync
+        set), only when hysteresis or a serving floor is configured.
+    """
+    d: dict = {"host": h.name} if with_name else {}
+    d["dc"] = h.dc
+    d["geo"] = h.geo
+    d["master"] = h.master
+    d["alive"] = h.alive
+    d["possible_dead"] = h.possible_dead
+    d["lag_ms"] = h.lag_ms
+    d["sync_by_time"] = h.sync_by_time
+    d["lag_bytes"] = h.lag_bytes
+    d["sync_by_bytes"] = h.sync_by_bytes
+    d["lsn"] = None if h.lsn is None else format_lsn(h.lsn)
+    if extras:
+        d["sync_note"] = h.sync_note
+    return d
+
+#: view.cache keys of the per-route plan memos (text, JSON)
+_QUERY_SLOTS = {r: (f"plans {r} text", f"plans {r} json") for r in _ROUTES}
+
+
+class Renderer:
+    """
+    Renders every endpoint from the view that ``current`` returns.
+
+    :param current: returns the current :class:`View`.
+    :param config: thresholds and locality.
+    :param version: the service version, for ``/version``.
+    """
+
+    def __init__(self, current: Callable[[], View], config: Config, version: str,
+                 fresh: FreshReads | None = None) -> None:
+        self._current = current
+        #: returns the current view (the fast path's memo follows it)
+        self.current = current
+        self._config = config
+        self._fresh = fresh
+        self._locality = Locality(
+            config.current_dc if config.use_dc else None,
+            config.current_geo if config.use_geo else None,
+        )
+        self.rr = RoundRobin()
+        self.version = text(version)
+        #: answered requests by (route, status), counted by the front ends
+        self.requests: dict[tuple[str, int], int] = {}
+        #: replica requests answered with the master, by reason
+        self.fallbacks: dict[str, int] = {}
+
+    def reconfigure(self, config: Config) -> None:
+        """
+        Use a reloaded configuration (thresholds, locality, wait) for the
+        requests rendered from now on.  Called on the reactor thread, so a
+        request sees either the old or the new settings, never a mix;
+        plans memoised in a view's cache are dropped with the view the
+        reload republishes.
+        """
+        locality = Locality(
+            config.current_dc if config.use_dc else None,
+            config.current_geo if config.use_geo else None,
+        )
+        self._config, self._locality = config, locality
+
+    def count(self, route: str, status: int) -> None:
+        """
+        Count one answered request (for ``/metrics``).
+        """
+        key = (route, status)
+        counts = self.requests
+        counts[key] = counts.get(key, 0) + 1
+
+    # -- host answers --------------------------------------------------
+    def _host_answer(self, view: View, h: HostStatus | None, as_json: bool) -> Response:
+        cache = view.cache
+        key = ("answer", -1 if h is None else h.index, as_json)
+        r = cache.get(key)
+        if r is None:
+            if h is None:
+                r = NO_HOST_JSON if as_json else EMPTY_404
+            elif as_json:
+                r = json_response(200, {"host": h.name, "dc": h.dc, "geo": h.geo})
+            else:
+                r = text(h.name)
+            cache[key] = r
+        return r
+
+    def master(self, as_json: bool) -> Response:
+        """
+        ``/master``.
+        """
+        view = self._current()
+        if not view.ready:
+            return NOT_READY
+        return self._host_answer(view, view.master, as_json)
+
+    def replica(self, route: str, args: Mapping[str, str], as_json: bool
+                ) -> Response | Deferred[Response]:
+        """
+        ``/replica``, ``/sync_by_*`` and ``/most_sync_by_bytes``.
+
+        With ``min_lsn`` and a wait (``wait_ms``, or the configured
+        ``min_lsn_wait_ms``) on routes other than ``/most_sync_by_bytes``,
+        the answer may be a Deferred: see :mod:`pgstatus.http.freshness`.
+        """
+        view = self._current()
+        if not view.ready:
+            return NOT_READY
+        key = ("args", route, tuple(sorted(args.items())), as_json)
+        plan = view.cache.get(key)
+        if plan is None:
+            plan = self._plan(view, route, args, as_json)
+            if len(view.cache) < MAX_PLANS:
+                view.cache[key] = plan
+        return self._follow(view, plan, route, args, as_json)
+
+    def replica_query(self, route: str, query: bytes, as_json: bool,
+                      parse: Callable[[bytes], Mapping[str, str]]
+                      ) -> Response | Deferred[Response]:
+        """
+        :meth:`replica` keyed by the raw query string, which is parsed (with
+        ``parse``) only once per view: the fast path's entry.
+        """
+        view = self._current()
+        if not view.ready:
+            return NOT_READY
+        # one memo per route and format, keyed by the raw query bytes
+        slot = _QUERY_SLOTS[route][as_json]
+        cache = view.cache
+        plans = cache.get(slot)
+        if plans is None:
+            plans = cache[slot] = {}
+        plan = plans.get(query)
+        if plan is None:
+            args = parse(query) if query else {}
+            plan = self._plan(view, route, args, as_json)
+            if len(plans) < MAX_PLANS:
+                plans[query] = plan
+        if plan.__class__ is tuple:
+            answers, rr_key = plan
+            return answers[self.rr.next(rr_key, len(answers))]
+        if plan.__class__ is _Fallback:
+            counts = self.fallbacks
+            counts[plan.reason] = counts.get(plan.reason, 0) + 1
+            return plan.response
+        if plan is _WAIT:
+            return self.replica(route, parse(query), as_json)
+        return plan
+
+    def replica_plan(self, route: str, query: bytes, as_json: bool,
+                     parse: Callable[[bytes], Mapping[str, str]]) -> tuple[Any, ...] | None:
+        """
+        For a caller that memoises per view (the fast path): what
+        :meth:`replica_query` does for this request while the current view
+        lasts, from the same memo of plans.
+
+        :return: ``("fixed", response)``; ``("rotate", answers, key)``:
+            answer ``answers[self.rr.next(key, len(answers))]``;
+            ``("fallback", response, reason)``: answer ``response`` and count
+            ``reason`` in :attr:`fallbacks`; or ``None``: call
+            :meth:`replica_query` for every request (a wait).
+        """
+        view = self._current()
+        if not view.ready:
+            return ("fixed", NOT_READY)
+        slot = _QUERY_SLOTS[route][as_json]
+        plans = view.cache.get(slot)
+        if plans is None:
+            plans = view.cache[slot] = {}
+        plan = plans.get(query)
+        if plan is None:
+            plan = self._plan(view, route, parse(query) if query else {}, as_json)
+            if len(plans) < MAX_PLANS:
+                plans[query] = plan
+        if plan.__class__ is tuple:
+            return ("rotate", *plan)
+        if plan.__class__ is _Fallback:
+            return ("fallback", plan.response, plan.reason)
+        if plan is _WAIT:
+            return None
+        return ("fixed", plan)
+
+    def _follow(self, view: View, plan: Any, route: str, args: Mapping[str, str],
+                as_json: bool) -> Response | Deferred[Response]:
+        if plan.__class__ is tuple:
+            answers, rr_key = plan
+            return answers[self.rr.next(rr_key, len(answers))]
+        if plan.__class__ is _Fallback:
+            counts = self.fallbacks
+            counts[plan.reason] = counts.get(plan.reason, 0) + 1
+            return plan.response
+        if plan is not _WAIT:
+            return plan
+        f = parse_filters(route, args, self._config)
+        wait = self._wait_ms(route, args, f)
+        behind = [h.index for h in view.hosts
+                  if h.alive and not h.master and not replayed(h, f.min_lsn)]
+        d = self._fresh.wait(lambda v: bool(self._group(v, route, f)), wait / 1000, behind)
+        key = parse_key(route, args)
+        return d.addCallback(lambda _: self._answer_now(route, f, as_json, key))
+
+    def _plan(self, view: View, route: str, args: Mapping[str, str], as_json: bool) -> Any:
+        """
+        What a replica request gets from ``view``: a fixed :class:`Response`,
+        ``(answers, round_robin_key)`` to rotate through, or ``_WAIT``.
+        """
+        try:
+            f = parse_filters(route, args, self._config)
+            wait = self._wait_ms(route, args, f)
+            key = parse_key(route, args)
+        except BadParameter as e:
+            return error(400, str(e))
+        group = self._group(view, route, f)
+        if len(group) == 1:
+            return self._host_answer(view, group[0], as_json)
+        if group and key is not None:
+            return self._host_answer(view, rendezvous(group, key), as_json)
+        if group:
+            answers = tuple(self._host_answer(view, h, as_json) for h in group)
+            return answers, tuple(h.index for h in group)
+        if wait and self._fresh is not None and any(
+                h.alive and not h.master and not replayed(h, f.min_lsn)
+                for h in view.hosts):
+            return _WAIT
+        reason = fallback_reason(view, f)
+        _log_fallback(route, reason)
+        return _Fallback(self._host_answer(view, view.master, as_json), reason)
+
+    def _answer_now(self, route: str, f: Filters, as_json: bool,
+                    key: str | None = None) -> Response:
+        view = self._current()
+        group = self._group(view, route, f)
+        if group:
+            chosen = rendezvous(group, key) if key is not None else self.rr.pick(group)
+            return self._host_answer(view, chosen, as_json)
+        reason = fallback_reason(view, f)
+        _log_fallback(route, reason)
+        self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
+        return self._host_answer(view, view.master, as_json)
+
+    def _wait_ms(self, route: str, args: Mapping[str, str], f: Filters) -> int:
+        v = args.get("wait_ms")
+        wait = parse_wait(v) if v is not None else self._config.min_lsn_wait_ms
+        if f.min_lsn is None or route == "most_sync_by_bytes":
+            return 0
+        return wait
+
+    def _group(self, view: View, route: str, f: Filters) -> tuple[HostStatus, ...]:
+        """
+        The replicas to choose from, memoised per view and filters.
+        """
+        cache = view.cache
+        key = ("group", route, f)
+        group = cache.get(key)
+        if group is None:
+            found = candidates(view.hosts, f, view.master)
+            if f.floor:
+                found = with_floor(view.hosts, found, f, view.master,
+                                   by_bytes=route != "sync_by_time")
+            if route == "most_sync_by_bytes":
+                best = most_sync(found)
+                group = (best,) if best is not None else ()
+            else:
+                group = local_group(found, self._locality)
+            if len(cache) < 512:
+                cache[key] = group
+            if not group:
+                # once per view and filter set, not per request
+                log.debug(
+                    "no replica matches route={route} lag_ms={lag_ms} lag_bytes={lag_bytes} "
+                    "min_lsn={min_lsn} timeline={timeline}; answering with the master "
+                    "master={master}",
+                    route=route, lag_ms=f.lag_ms, lag_bytes=f.lag_bytes,
+                    min_lsn=None if f.min_lsn is None else format_lsn(f.min_lsn),
+                    timeline=f.timeline,
+                    master=view.master.name if view.master else "none",
+                )
+        return group
+
+    def hosts(self) -> Response:
+        """
+        ``/hosts``.
+        """
+        view = self._current()
+        if not view.ready:
+            return NOT_READY
+        r = view.cache.get("hosts")
+        if r is None:
+            r = view.cache["hosts"] = json_response(
+                200, [host_json(h, extras=self._config.sync_policy_extras) for h in view.hosts])
+        return r
+
+    def status(self, host: str | None) -> Response:
+        """
+        ``/status?host=``.
+        """
+        view = self._current()
+        if not view.ready:
+            return NOT_READY
+        if host is None:
+            return NO_STATUS_HOST
+        table = view.cache.get("status")
+        if table is None:
+            table = {}
+            for h in view.hosts:
+                table.setdefault(h.name, h)
+            view.cache["status"] = table
+        h = table.get(host)
+        if h is None:
+            return EMPTY_404
+        key = ("status", h.index)
+        r = view.cache.get(key)
+        if r is None:
+            r = view.cache[key] = json_response(
+                200, host_json(h, with_name=False, extras=self._config.sync_policy_extras))
+        return r
+
+    def ready(self) -> Response:
+        """
+        ``/ready``.
+        """
+        return OK if self._current().ready else NOT_READY
+
+    def live(self) -> Response:
+        """
+        ``/live``.
+        """
+        return OK

@@ -1,0 +1,176 @@
+"""
+The bytes of the fast path's answers: every part of an HTTP response but the
+``Date`` header, memoised per :class:`~pgstatus.http.responses.Response`, the
+``Date`` line rebuilt once a second, and the memo of request heads, with
+what a head asks for (its query arguments, the paths and headers the fast
+path reads, and the kinds of answer memoised per head).
+
+Written as ``twisted.web`` writes them, without importing
+``twisted.web.server`` (a test checks they agree).
+"""
+
+from __future__ import annotations
+
+from email.utils import formatdate
+from http import HTTPStatus
+from typing import Any
+
+from pgstatus.http.params import REPLICA_ROUTES
+from pgstatus.http.responses import Response
+from twisted import copyright
+
+#: most bytes of memoised response bytes (and the responses they belong to)
+MAX_WIRE_BYTES = 1 << 20
+
+#: ``twisted.web.server.version``
+SERVER_VERSION = b"TwistedWeb/" + copyright.version.encode("ascii")
+_SERVER = b"Server: " + SERVER_VERSION + b"\r\n"
+
+
+def reason(status: int) -> bytes:
+    """
+    The reason phrase of ``status`` (as ``twisted.web.http.responses`` has
+    it for every status the API answers; a test checks they agree).
+    """
+    try:
+        return HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b"Unknown"
+
+
+class Wire:
+    """
+    Response bytes without the ``Date`` header, memoised per response, and
+    what each request head seen asks for, memoised per view.
+
+    Responses of ``/hosts`` and ``/status`` change with nearly every check,
+    so the memo is bounded by the bytes it holds (it keeps the responses it
+    is keyed by alive), not only by its number of entries.
+    """
+
+    def __init__(self, max_bytes: int = MAX_WIRE_BYTES) -> None:
+        self._memo: dict[tuple[Response, bool, bool], tuple[bytes, bytes]] = {}
+        self._plain: dict[Response, tuple[bytes, bytes]] = {}
+        #: complete request (head and the blank line) -> what to answer
+        self.heads: dict[bytes, tuple[Any, ...]] = {}
+        #: the view the memo of heads belongs to
+        self.view: Any = None
+        self._held = 0
+        self._max_bytes = max_bytes
+
+    def reset(self) -> None:
+        """
+        Forget everything: called when the monitor publishes a new view, so
+        the memo only ever holds bytes of the current view's responses.
+        """
+        self._memo.clear()
+        self._plain.clear()
+        self.heads.clear()
+        self.view = None
+        self._held = 0
+
+    def parts(self, r: Response, head_only: bool, close: bool) -> tuple[bytes, bytes]:
+        """
+        The status line and the rest of the response after ``Date``.
+        """
+        if not (head_only or close):
+            # the common case, keyed by the response alone (identity hash)
+            got = self._plain.get(r)
+            if got is None:
+                got = self._plain[r] = self._parts(r, False, False)
+            return got
+        return self._parts(r, head_only, close)
+
+    def _parts(self, r: Response, head_only: bool, close: bool) -> tuple[bytes, bytes]:
+        key = (r, head_only, close)
+        got = self._memo.get(key)
+        if got is None:
+            size = 2 * len(r.body) + 256
+            if len(self._memo) >= 4096 or self._held + size > self._max_bytes:
+                self._memo.clear()
+                self._plain.clear()
+                self.heads.clear()
+                self._held = 0
+            self._held += size
+            head = [b"HTTP/1.1 %d %s\r\n" % (r.status, reason(r.status))]
+            if close:
+                head.append(b"Connection: close\r\n")
+            head.append(_SERVER)
+            tail = []
+            if r.content_type is not None:
+                tail.append(b"Content-Type: " + r.content_type + b"\r\n")
+            if r.status == 405:
+                tail.append(b"Allow: GET, HEAD\r\n")
+            tail.append(b"Content-Length: %d\r\n\r\n" % len(r.body))
+            if not head_only:
+                tail.append(r.body)
+            got = self._memo[key] = (b"".join(head), b"".join(tail))
+        return got
+
+
+class DateLine:
+    """
+    The ``Date`` header line, rebuilt at most once a second.
+    """
+
+    def __init__(self, clock: Any) -> None:
+        self._clock = clock
+        self._next = float("-inf")
+        self._line = b""
+
+    def line(self, now: float | None = None) -> bytes:
+        """
+        :param now: the clock's time, when the caller has it already.
+        """
+        if now is None:
+            now = self._clock.seconds()
+        if now >= self._next:
+            second = int(now)
+            self._next = second + 1
+            self._line = b"Date: " + formatdate(second, usegmt=True).encode() + b"\r\n"
+        return self._line
+
+
+def _args(query: bytes) -> dict[str, str]:
+    if b"%" not in query and b"+" not in query:
+        out: dict[str, str] = {}
+        for part in query.split(b"&"):
+            if not part:
+                continue
+            k, sep, v = part.partition(b"=")
+            if not sep:
+                continue
+            out.setdefault(k.decode("utf-8", "replace"), v.decode("utf-8", "replace"))
+        return out
+    # the same parser twisted.web uses for request.args
+    from twisted.web.http import parse_qs
+
+    return {
+        k.decode("utf-8", "replace"): vs[0].decode("utf-8", "replace")
+        for k, vs in parse_qs(query, 1).items()
+        if vs
+    }
+
+
+_REPLICA_PATHS = {b"/" + r.encode(): r for r in REPLICA_ROUTES}
+#: headers that send a request to twisted.web (a body, or a protocol change)
+_NOT_FAST = (b"content-length", b"transfer-encoding", b"expect", b"upgrade")
+#: lengths of the header names the fast path reads or refuses
+_HEADER_LENGTHS = frozenset(len(n) for n in (b"accept", b"connection", *_NOT_FAST))
+#: the metrics label of every path the fast path answers
+_LABELS = {p: p[1:].decode() for p in (
+    b"/master", b"/hosts", b"/status", b"/live", b"/ready", b"/version", *_REPLICA_PATHS)}
+
+# What a request head asks for (memoised in Wire.heads):
+#: (_FIXED, counter key, status line, rest after Date, close): the same
+#: answer for every request while the view lasts
+_FIXED = "fixed"
+#: (_ROTATE, round-robin key, ((status line, rest, counter key), ...), close):
+#: replicas in turn
+_ROTATE = "rotate"
+#: (_FALLBACK, counter key, status line, rest, close, reason): the master,
+#: because no replica qualifies (the reason is counted for /metrics)
+_FALLBACK = "fallback"
+#: (_REPLICA, label, route, query, as JSON, HEAD, close): a selection route
+#: rendered for every request (it may wait for a replica)
+_REPLICA = "replica"

@@ -1,0 +1,170 @@
+"""
+The twistd glue: :obj:`observer` for ``twistd --logger`` (handed on as
+``pgstatus.logging.twistd.observer``), the observer the tap installs when twistd was
+given none, and reopening the log file on SIGHUP.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Mapping
+from types import FrameType
+from typing import Any
+
+from twisted.logger import (
+    ILogObserver,
+)
+
+from pgstatus.logging.observers import LevelFilter, ReopenableFile, make_observer
+from pgstatus.logging.syslogging import make_syslog_observer
+
+
+def observer() -> ILogObserver:
+    """
+    Factory for ``twistd --logger=pgstatus.logging.observer``: stderr in the
+    configured level and format.
+
+    Reads the settings with ``pgstatus.config.environ.log_settings``, which
+    returns ``(level, fmt)`` and falls back to ``("info", "text")`` for invalid
+    values (configuration validation reports them later).
+    """
+    from pgstatus.config.environ import log_settings
+    from pgstatus.config.files import process_environ
+
+    global _factory_observer
+    level, fmt = log_settings(process_environ())
+    _factory_observer = make_observer(level, fmt)
+    return _factory_observer
+
+
+#: the observer :obj:`observer` made last (twistd's ``--logger``), for reloads
+_factory_observer: LevelFilter | None = None
+
+
+def factory_observer() -> LevelFilter | None:
+    """
+    The observer that ``twistd --logger=pgstatus.logging.observer`` made,
+    if any, so a configuration reload can change its level.
+    """
+    return _factory_observer
+
+
+def reopen_on_sighup(obs: ILogObserver) -> None:
+    """
+    Make SIGUSR1 and SIGHUP reopen ``obs``'s output (log file or syslog
+    socket), for log rotation.
+
+    Twisted does not handle SIGHUP, whose default action ends the process;
+    the init script's ``reload`` sends it after log rotation. The handler
+    only flags the observer (safe in a signal handler, even while a line is
+    being written); the next event reopens before it is written.
+    """
+    target = obs.observer if isinstance(obs, LevelFilter) else obs
+    request = getattr(target, "request_reopen", None)
+    if request is None:
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        request()
+
+    signal.signal(signal.SIGUSR1, handler)
+    signal.signal(signal.SIGHUP, handler)
+
+
+def _is_daemon(server_options: Mapping[str, Any]) -> bool:
+    return not (server_options.get("nodaemon") or server_options.get("debug"))
+
+
+def observer_for_twistd(
+    server_options: Mapping[str, Any], level: str = "info", fmt: str = "text"
+) -> ILogObserver:
+    """
+    Our observer for twistd's logging options.
+
+    ==============================  ===========================================
+    twistd options                  output
+    ==============================  ===========================================
+    ``--syslog [--prefix=P]``        :obj:`SyslogObserver` to ``/dev/log``, tag P
+                                    (twistd's default prefix ``twisted``
+                                    becomes ``pg-status``)
+    ``--logfile=PATH``               append to PATH (reopened on SIGHUP)
+    ``-n``, no ``--logfile`` or ``-``  stderr
+    daemon, no ``--logfile``         ``twistd.log`` (as twistd does)
+    daemon, ``--logfile=-``          exit: "Daemons cannot log to stdout"
+    ==============================  ===========================================
+
+    Syslog ignores ``fmt``: its body is always the text form.
+
+    :param server_options: twistd's parsed options (``ServerOptions``).
+    :param level: Minimum level name.
+    :param fmt: ``text`` or ``json``.
+    """
+    if server_options.get("syslog"):
+        prefix = server_options.get("prefix") or "twisted"
+        return make_syslog_observer(
+            prefix="pg-status" if prefix == "twisted" else prefix, level=level
+        )
+    logfile = server_options.get("logfile") or ""
+    if logfile == "-" and _is_daemon(server_options):
+        sys.exit("Daemons cannot log to stdout, exiting!")
+    if not logfile and _is_daemon(server_options):
+        logfile = "twistd.log"
+    if logfile and logfile != "-":
+        return make_observer(level, fmt, ReopenableFile(logfile))
+    return make_observer(level, fmt)
+
+
+def install_observer(
+    application: Any,
+    server_options: Mapping[str, Any] | None = None,
+    level: str = "info",
+    fmt: str = "text",
+    sighup: bool = True,
+) -> ILogObserver | None:
+    """
+    Make plain ``twistd pgstatus`` log through our observer.
+
+    twistd's :obj:`AppLogger <twisted.application.app.AppLogger>` takes, in this
+    order: the ``--logger`` factory, else the application's ``ILogObserver``
+    component, else its own default observer. The plugin's service is added
+    to the application before logging starts, so the tap's top-level service
+    calls this from ``setServiceParent``::
+
+        class PgStatusService(MultiService):
+            def __init__(self, config, server_options):
+                super().__init__()
+                self._config, self._server_options = config, server_options
+
+            def setServiceParent(self, parent):
+                install_observer(parent, self._server_options,
+                                 self._config.log_level, self._config.log_format)
+                super().setServiceParent(parent)
+
+    with ``server_options = options.parent`` in ``makeService(options)``.
+
+    Nothing is done if ``--logger`` was given (it wins anyway), if the
+    application already has an observer component, or if ``application``
+    is not a componentized twistd application (e.g. a parent service in a
+    test).
+
+    :param application: The parent passed to ``setServiceParent``.
+    :param server_options: twistd's ``ServerOptions`` (the plugin options'
+        ``parent``), or :obj:`None` outside twistd.
+    :param level: Minimum level name.
+    :param fmt: ``text`` or ``json``.
+    :param sighup: Install the SIGHUP handler of :obj:`reopen_on_sighup`.
+    :return: The installed observer, or :obj:`None`.
+    """
+    if server_options is None or server_options.get("logger"):
+        return None
+    get = getattr(application, "getComponent", None)
+    if get is None or not hasattr(application, "setComponent"):
+        return None
+    if get(ILogObserver, None) is not None:
+        return None
+    obs = observer_for_twistd(server_options, level, fmt)
+    application.setComponent(ILogObserver, obs)
+    if sighup:
+        reopen_on_sighup(obs)
+    return obs

@@ -1,0 +1,73 @@
+"""
+The published picture of the hosts: one :class:`HostStatus` per host and
+the immutable :class:`View` that holds them.
+
+The monitor side publishes views; the HTTP side only reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class HostStatus:
+    """
+    One host as of its last completed check; every field comes from the
+    same check.
+
+    ``lag_ms``, ``lag_bytes`` and ``lsn`` are ``None`` when unknown and for
+    a dead host.  ``master`` is the role seen at the last successful check
+    (``False`` for a dead host or one never reached).
+    """
+
+    index: int
+    name: str
+    dc: str | None
+    geo: str | None
+    checked: bool = False
+    reached: bool = False
+    alive: bool = False
+    possible_dead: bool = False
+    master: bool = False
+    lag_ms: int | None = None
+    lag_bytes: int | None = None
+    lsn: int | None = None
+    timeline: int | None = None
+    sync_by_time: bool = False
+    sync_by_bytes: bool = False
+    #: the last position a ``min_lsn`` may name and be met by this replica:
+    #: ``lsn``, or past the page header when ``lsn`` is at a WAL page
+    #: boundary (see :func:`pgstatus.monitor.lag.past_header`); ``None``: ``lsn``
+    reach: int | None = None
+    #: why a replica is out of the sync set (only with hysteresis or a
+    #: serving floor configured)
+    sync_note: str | None = None
+
+    @property
+    def healthy(self) -> bool:
+        """
+        Alive and not possibly dead: the preferred selection tier.
+        """
+        return self.alive and not self.possible_dead
+
+
+@dataclass(eq=False)
+class View:
+    """
+    An immutable picture of all hosts, published after every check.
+
+    :ivar hosts: one :class:`HostStatus` per configured host, in order.
+    :ivar master: the selected master, or ``None``.
+    :ivar ready: every host has completed its first check.
+    :ivar generation: increases with every publication.
+    :ivar cache: memo for work derived from this view only (rendered
+        bodies, candidate lists); filled lazily by readers on the reactor
+        thread and dropped with the view.
+    """
+
+    hosts: tuple[HostStatus, ...]
+    master: HostStatus | None
+    ready: bool
+    generation: int
+    cache: dict = field(default_factory=dict)

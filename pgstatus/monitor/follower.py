@@ -1,0 +1,397 @@
+"""
+Follower mode (``pg_status__follow``): mirror a hub's host states instead
+of polling PostgreSQL, and poll on our own while no hub delivers.
+
+The follower holds one streaming request to one hub at a time
+(``GET <hub>/follow``, see :mod:`pgstatus.http.hub`) and publishes every
+snapshot it receives into its own :class:`~pgstatus.monitor.registry.Registry`, so its
+HTTP side answers from memory exactly as when it polls: selection
+(round-robin, sticky keys, locality by our own ``current_dc``/``current_geo``)
+stays local.
+
+- Hubs are tried in the configured order; after a full round without a
+  stream, the next round starts after a short pause.  A hub that follows
+  another itself refuses (409): no chains.
+- When nothing arrived from any hub for ``follow_timeout_ms`` (snapshots
+  and heartbeats both count), the monitor starts polling PostgreSQL, seeded
+  with the availability the last mirrored view showed; the mirrored
+  statuses stay published until our own checks replace them host by host.
+- When a hub delivers a ready snapshot again, polling stops (connections
+  closed) and the snapshot is published.
+- ``wait_ms`` fresh reads ask the hub for the extra checks
+  (``GET <hub>/follow/check?index=<host index>``) and see their results in the
+  hub's next snapshots.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.protocol import Protocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web.client import Agent, HTTPConnectionPool
+from twisted.web.http_headers import Headers
+
+from pgstatus.config.settings import Config
+from pgstatus.model.snapshot import SnapshotError, decode
+from pgstatus.monitor.scheduler import MIN_EXTRA_INTERVAL, MonitorService
+
+log = Logger(namespace="pgstatus.follow")
+
+#: the longest event accepted from a hub
+MAX_EVENT = 4 << 20
+#: pause between two rounds over the hubs, at most
+ROUND_PAUSE = 1.0
+
+STARTING, FOLLOWING, POLLING = "starting", "following", "polling"
+
+
+class _EventStream(Protocol):
+    """
+    Parses the hub's Server-Sent Events and hands them to the follower.
+    """
+
+    def __init__(self, follower: FollowerService, hub: str) -> None:
+        self.follower = follower
+        self.hub = hub
+        self._buf = b""
+        self.closed: Deferred[None] = Deferred()
+
+    def dataReceived(self, data: bytes) -> None:
+        buf = self._buf + data
+        while True:
+            end = buf.find(b"\n\n")
+            if end < 0:
+                break
+            frame, buf = buf[:end], buf[end + 2:]
+            if not self.follower._event(self, frame):
+                self._buf = b""
+                self.stop()
+                return
+        self._buf = buf
+        if len(buf) > MAX_EVENT:
+            self.follower._refuse(self.hub, f"an event over {MAX_EVENT} bytes")
+            self._buf = b""
+            self.stop()
+
+    def stop(self) -> None:
+        if self.transport is not None:
+            self.transport.stopProducing()
+
+    def connectionLost(self, reason: Failure) -> None:
+        self.closed.callback(None)
+        self.follower._stream_ended(self)
+
+
+class _Body(Protocol):
+    """
+    Collects a short response body (the first 4 KiB).
+    """
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.done: Deferred[bytes] = Deferred()
+
+    def dataReceived(self, data: bytes) -> None:
+        if len(self.data) < 4096:
+            self.data += data[:4096 - len(self.data)]
+
+    def connectionLost(self, reason: Failure) -> None:
+        self.done.callback(self.data)
+
+
+def read_body(response: Any) -> Deferred[bytes]:
+    """
+    The (start of the) body of a short ``response``.
+    """
+    body = _Body()
+    response.deliverBody(body)
+    return body.done
+
+
+def parse_event(frame: bytes) -> tuple[str, bytes]:
+    """
+    ``(event, data)`` of one Server-Sent Events frame.
+    """
+    event, data = "message", []
+    for line in frame.split(b"\n"):
+        if line.startswith(b"event:"):
+            event = line[6:].strip().decode("ascii", "replace")
+        elif line.startswith(b"data:"):
+            data.append(line[5:].lstrip(b" "))
+    return event, b"\n".join(data)
+
+
+class FollowerService(Service):
+    """
+    Follows the hubs of ``config.follow`` and switches the monitor's
+    polling on and off.
+
+    :param config: the configuration (``follow``, ``follow_timeout_ms``,
+        the host list snapshots must match).
+    :param reactor: TCP, time and name resolution.
+    :param monitor: the monitor, created without polling.
+    """
+
+    name = "follower"
+
+    def __init__(self, config: Config, reactor: Any, monitor: MonitorService) -> None:
+        self.config = config
+        self._reactor = reactor
+        self._monitor = monitor
+        self._pool = HTTPConnectionPool(reactor, persistent=True)
+        self._pool.maxPersistentPerHost = 2
+        self._agent = Agent(reactor, connectTimeout=config.follow_timeout_ms / 1000,
+                            pool=self._pool)
+        self._stream_pool = HTTPConnectionPool(reactor, persistent=False)
+        self._stream_agent = Agent(reactor, connectTimeout=config.follow_timeout_ms / 1000,
+                                   pool=self._stream_pool)
+        self._timeout = config.follow_timeout_ms / 1000
+        #: ``starting``, ``following`` (a hub's snapshots are published) or
+        #: ``polling`` (our own checks)
+        self.mode = STARTING
+        #: the hub whose stream is open (or being opened), if any
+        self.hub: str | None = None
+        self._hub_index = -1
+        self._request: Deferred[Any] | None = None
+        self._stream: _EventStream | None = None
+        self._silence: Any = None
+        self._stall: Any = None
+        self._retry: Any = None
+        self._forwarding: set[int] = set()
+        #: local time of the last event from a hub (snapshot or heartbeat)
+        self.last_event: float | None = None
+        #: local time of the last snapshot published
+        self.last_snapshot: float | None = None
+        #: hub version of the last snapshot published
+        self.version: int | None = None
+        #: switches between following and polling
+        self.switches = 0
+        #: snapshots published
+        self.snapshots = 0
+        self._last_data: bytes | None = None
+
+    # -- service ---------------------------------------------------------
+
+    def startService(self) -> None:
+        super().startService()
+        self._arm()
+        self._connect(0)
+
+    def stopService(self) -> Deferred[None] | None:
+        super().stopService()
+        for t in (self._silence, self._stall, self._retry):
+            if t is not None and t.active():
+                t.cancel()
+        self._silence = self._stall = self._retry = None
+        self._abort()
+        return self._pool.closeCachedConnections()
+
+    def reconfigured(self, config: Config) -> None:
+        """
+        After a reload (the monitor has republished its own host states):
+        while following, publish the last snapshot again for the new host
+        list, or, if it no longer fits, poll on our own at once.  The hubs
+        and the timeout need a restart.
+        """
+        self.config = config
+        if self.mode != FOLLOWING or self._last_data is None:
+            return
+        try:
+            _, ready, master, statuses = decode(self._last_data, config.hosts)
+        except SnapshotError as e:
+            self._refuse(self.hub or "?", f"after the reload: {e}")
+            self._abort()
+            self._next()
+            if self._silence is not None and self._silence.active():
+                self._silence.cancel()
+            self._silent()
+            return
+        self._monitor.registry.mirror(statuses, master, ready)
+
+    # -- fresh reads ---------------------------------------------------------
+
+    def check_soon(self, index: int) -> None:
+        """
+        An extra check of host ``index``: by the hub while following (one
+        request per host at a time), else by our monitor.
+        """
+        if self.mode != FOLLOWING or self.hub is None:
+            self._monitor.check_soon(index, MIN_EXTRA_INTERVAL)
+            return
+        if index in self._forwarding:
+            return
+        self._forwarding.add(index)
+        url = f"{self.hub}/follow/check?index={index}".encode()
+        d = self._agent.request(b"GET", url)
+        d.addCallback(read_body)
+        d.addErrback(lambda f: log.debug("extra check request failed hub={hub} error={error}",
+                                         hub=self.hub, error=f.getErrorMessage()))
+        d.addBoth(lambda _: self._forwarding.discard(index))
+
+    # -- connecting ------------------------------------------------------------
+
+    def _connect(self, index: int) -> None:
+        self._retry = None
+        if not self.running:
+            return
+        hubs = self.config.follow
+        self._hub_index = index
+        self.hub = hub = hubs[index]
+        self._watch()
+        d = self._request = self._stream_agent.request(
+            b"GET", f"{hub}/follow".encode(),
+            Headers({b"accept": [b"text/event-stream"]}))
+        d.addCallback(self._response, hub)
+        d.addErrback(self._connect_failed, hub)
+
+    def _response(self, response: Any, hub: str) -> None:
+        self._request = None
+        if response.code != 200:
+            self._unwatch()
+            body = read_body(response)
+            body.addBoth(lambda b: self._refuse(
+                hub, f"status {response.code}"
+                + (f" {b[:200].decode('utf-8', 'replace')}" if isinstance(b, bytes) else "")))
+            body.addBoth(lambda _: self._next())
+            return
+        stream = self._stream = _EventStream(self, hub)
+        response.deliverBody(stream)
+
+    def _connect_failed(self, f: Failure, hub: str) -> None:
+        if f.check(CancelledError):
+            return  # aborted on purpose (_abort): the caller goes on
+        self._request = None
+        if self.running:
+            log.debug("hub not reachable hub={hub} error={error}", hub=hub,
+                      error=f.getErrorMessage())
+            self._next()
+
+    def _refuse(self, hub: str, why: str) -> None:
+        log.warn("not following hub={hub}: {why}", hub=hub, why=why)
+
+    def _next(self) -> None:
+        """
+        Try the next hub, or start a new round after a pause.
+        """
+        if not self.running or self._retry is not None:
+            return
+        self._unwatch()
+        index = self._hub_index + 1
+        if index < len(self.config.follow):
+            self._connect(index)
+        else:
+            self.hub = None
+            pause = min(ROUND_PAUSE, self._timeout / 2)
+            self._retry = self._reactor.callLater(pause, self._connect, 0)
+
+    def _abort(self) -> None:
+        request, self._request = self._request, None
+        if request is not None:
+            request.cancel()
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.stop()
+
+    def _stream_ended(self, stream: _EventStream) -> None:
+        if stream is not self._stream:
+            return
+        self._stream = None
+        self._unwatch()
+        if self.running:
+            log.info("hub stream ended hub={hub}", hub=stream.hub)
+            self._next()
+
+    # -- events ----------------------------------------------------------------
+
+    def _event(self, stream: _EventStream, frame: bytes) -> bool:
+        """
+        One event of ``stream``; ``False`` ends the stream.
+        """
+        if stream is not self._stream:
+            return False
+        event, data = parse_event(frame)
+        now = self._reactor.seconds()
+        self._watch()
+        if event == "heartbeat":
+            if self.mode == FOLLOWING:
+                self.last_event = now
+                self._arm()
+            return True
+        if event != "snapshot":
+            return True
+        try:
+            version, ready, master, statuses = decode(data, self.config.hosts)
+        except SnapshotError as e:
+            self._refuse(stream.hub, str(e))
+            return False
+        if not ready:
+            return True
+        if self.mode != FOLLOWING:
+            self._follow(stream.hub)
+        self._last_data = data
+        self.last_event = self.last_snapshot = now
+        self.version = version
+        self.snapshots += 1
+        self._arm()
+        self._monitor.registry.mirror(statuses, master, ready)
+        return True
+
+    def _follow(self, hub: str) -> None:
+        if self.mode == POLLING:
+            self.switches += 1
+            self._monitor.stop_polling()
+        self.mode = FOLLOWING
+        log.info("following hub={hub}", hub=hub)
+
+    def _arm(self) -> None:
+        """
+        (Re)start the deadline for news from a hub.
+        """
+        if self._silence is not None and self._silence.active():
+            self._silence.reset(self._timeout)
+        else:
+            self._silence = self._reactor.callLater(self._timeout, self._silent)
+
+    def _silent(self) -> None:
+        """
+        Nothing from any hub for ``follow_timeout_ms``: poll ourselves.
+        """
+        self._silence = None
+        if not self.running or self.mode == POLLING:
+            return
+        if self.mode == FOLLOWING:
+            self.switches += 1
+        self.mode = POLLING
+        log.warn("no hub delivered within follow_timeout_ms={ms}; polling PostgreSQL",
+                 ms=self.config.follow_timeout_ms)
+        self._monitor.registry.seed_from_view()
+        self._monitor.start_polling()
+
+    def _watch(self) -> None:
+        """
+        (Re)start the deadline of the stream or connection attempt in
+        progress: half of ``follow_timeout_ms`` without an event (a hub
+        sends a heartbeat every half second), then the next hub is tried,
+        so a frozen hub is left before the follower starts polling.
+        """
+        if self._stall is not None and self._stall.active():
+            self._stall.reset(self._timeout / 2)
+        else:
+            self._stall = self._reactor.callLater(self._timeout / 2, self._stalled)
+
+    def _unwatch(self) -> None:
+        if self._stall is not None and self._stall.active():
+            self._stall.cancel()
+        self._stall = None
+
+    def _stalled(self) -> None:
+        self._stall = None
+        if not self.running:
+            return
+        log.info("hub silent, trying the next hub={hub}", hub=self.hub)
+        self._abort()
+        self._next()

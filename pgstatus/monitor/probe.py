@@ -1,0 +1,484 @@
+"""
+The PostgreSQL side of a check: one reused txpostgres connection per host
+and the status query that measures role, positions and clocks in a single
+round trip.
+
+Nothing here blocks the reactor: host names are resolved through the
+reactor's threaded resolver and libpq receives the address (``hostaddr``)
+next to the name (``host``, kept for TLS verification and ``.pgpass``).
+Deadlines are not left to libpq, whose ``connect_timeout`` does not apply to
+asynchronous connections, nor to txpostgres cancellation, which is
+blocking: the monitor's :class:`~pgstatus.monitor.turns.Deadline` calls
+:meth:`PostgresProbe.abort`, which closes the connection.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable
+from typing import Any
+
+import psycopg2
+import psycopg2.errors
+from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.internet.endpoints import TCP4ClientEndpoint, TCP6ClientEndpoint
+from twisted.internet.interfaces import IHostResolution, IResolutionReceiver
+from twisted.internet.main import CONNECTION_DONE as _SHARED_CONNECTION_DONE
+from twisted.internet.main import CONNECTION_LOST as _SHARED_CONNECTION_LOST
+from twisted.internet.protocol import Factory, Protocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from txpostgres import txpostgres
+from zope.interface import implementer
+
+from pgstatus.config.settings import Config, HostConfig
+from pgstatus.monitor.lag import Observation
+from pgstatus.monitor.query import (
+    GEOMETRY_QUERY,
+    geometry_from_rows,
+    observation_from_row,
+    status_query,
+)
+from pgstatus.monitor.turns import TURN_LIMIT, ConnectTurns, Deadline
+
+log = Logger(namespace="pgstatus.monitor")
+
+_PASSWORD_ASSIGNMENT = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.I)
+
+#: how long a reduced query is used after a permission error
+FULL_QUERY_RETRY = 300.0
+
+
+class CheckFailed(Exception):
+    """
+    A check did not produce an observation.
+
+    :ivar operation: what was being done, named as the original service
+        names its libpq steps (its log lines carry them): ``connect_start``
+        (resolving the host name), ``connect`` (TCP, TLS, authentication),
+        ``consume_input`` (the query's connection failed) or
+        ``validate_result`` (the server answered with an error or an
+        unexpected row).
+    :ivar message: the reason, without secrets.
+    :ivar late: the failure came after a TLS or authentication exchange
+        began (such hosts are checked less often while dead).
+    :ivar errno: the system error number, if any.
+    :ivar rows: for an answer with other than one row, how many it had.
+    """
+
+    def __init__(self, operation: str, message: str, late: bool = False,
+                 errno: int | None = None, rows: int | None = None) -> None:
+        super().__init__(operation, message)
+        self.operation = operation
+        self.message = message
+        self.late = late
+        self.errno = errno
+        self.rows = rows
+
+    def __str__(self) -> str:
+        return f"{self.operation}: {self.message}"
+
+
+class _QuietFactory(Factory):
+    noisy = False
+    protocol = Protocol
+
+
+_QUIET_FACTORY = _QuietFactory()
+
+
+def _own_reason(reason: Failure) -> Failure:
+    """
+    ``reason``, unless it carries one of Twisted's shared exception
+    instances (``CONNECTION_DONE``, ``CONNECTION_LOST``): then a Failure of
+    a new instance of the same exception.
+
+    txpostgres fails a pending connect or query with the shared
+    ``CONNECTION_DONE`` when the connection is closed (our deadlines close
+    it).  The exception is raised inside the check's coroutine, and every
+    raise of a shared instance extends its ``__traceback__``: the frames of
+    every aborted check, with their connections and Deferreds, would stay
+    reachable from the module for the life of the process.
+    """
+    value = reason.value
+    if value is _SHARED_CONNECTION_DONE or value is _SHARED_CONNECTION_LOST:
+        return Failure(type(value)(*value.args))
+    return reason
+
+
+class _Cursor(txpostgres.Cursor):
+    def connectionLost(self, reason: Failure) -> None:
+        txpostgres.Cursor.connectionLost(self, _own_reason(reason))
+
+
+class _Connection(txpostgres.Connection):
+    """
+    A txpostgres connection that survives the server closing it: txpostgres
+    raises such an error from ``doRead`` with nobody to report it to, or,
+    when the socket is already gone, re-registers the dead descriptor (-1)
+    with the reactor.  Here the connection is just marked closed; a pending
+    operation has already been failed, and the next check reconnects.  We
+    use no LISTEN/NOTIFY, so there are no notifications to dispatch.
+
+    Pending operations fail with an exception instance of their own (see
+    :func:`_own_reason`).
+    """
+
+    cursorFactory = _Cursor
+
+    def connectionLost(self, reason: Failure) -> None:
+        txpostgres.Connection.connectionLost(self, _own_reason(reason))
+
+    def doRead(self) -> None:
+        conn = self._connection
+        try:
+            txpostgres._PollingMixin.doRead(self)
+        except psycopg2.Error as e:
+            log.debug("connection lost error={error}", error=" ".join(str(e).split()))
+            self._drop()
+            return
+        if conn is None or conn.closed or self.fileno() < 0:
+            self._drop()
+            return
+        self.reactor.addReader(self)
+
+    def _drop(self) -> None:
+        self.reactor.removeReader(self)
+        self.reactor.removeWriter(self)
+        conn = self._connection
+        if conn is not None and not conn.closed:
+            conn.close()
+
+
+@implementer(IResolutionReceiver)
+class _Addresses:
+    def __init__(self) -> None:
+        self.addresses: list[Any] = []
+        self.done: Deferred[list[Any]] = Deferred()
+
+    def resolutionBegan(self, resolution: IHostResolution) -> None:
+        pass
+
+    def addressResolved(self, address: Any) -> None:
+        self.addresses.append(address)
+
+    def resolutionComplete(self) -> None:
+        self.done.callback(self.addresses)
+
+
+class PostgresProbe:
+    """
+    One host's connection and status query.
+
+    :param reactor: provides TCP, time and name resolution.
+    :param host: the host to check.
+    :param config: credentials and ``conn_max_age_ms``.
+    :param turns: shared connection turns.
+    :param urgent: whether this host's connection setups go ahead of those
+        of dead hosts (see :meth:`ConnectTurns.acquire`).
+    """
+
+    def __init__(self, reactor: Any, host: HostConfig, config: Config,
+                 turns: ConnectTurns, urgent: Callable[[], bool] = lambda: True) -> None:
+        self._reactor = reactor
+        self._host = host
+        self._config = config
+        self._turns = turns
+        self._urgent = urgent
+        self._conn: txpostgres.Connection | None = None
+        self._opened_at = 0.0
+        self._level = 0
+        self._level_since = 0.0
+        self._geometry: tuple[int, int] | None = None
+        self._geometry_known = False
+        self._pending: Deferred[Any] | None = None
+        self._aborted = False
+        #: connections opened so far (for /metrics)
+        self.opened = 0
+
+    @property
+    def connected(self) -> bool:
+        """
+        A connection is open.
+        """
+        return self._conn is not None and not self._conn.closed
+
+    @property
+    def backend_pid(self) -> int | None:
+        """
+        The server process of the open connection, if any.
+        """
+        return self._conn.get_backend_pid() if self.connected else None
+
+    def check(self, started: float, deadline: Deadline) -> Deferred[Observation]:
+        """
+        Run one check.  The deadline is paused while resolving the host name
+        and while waiting for a connection turn.
+
+        :param started: local time the check started.
+        :raise CheckFailed: through the Deferred.
+        """
+        self._aborted = False
+        return ensureDeferred(self._check(started, deadline))
+
+    def abort(self) -> None:
+        """
+        Stop whatever the check is doing now; its Deferred fails.  Closes
+        the connection, releasing its socket.
+        """
+        self._aborted = True
+        # what this check waits for, taken before closing: closing fails it,
+        # and its callbacks might already start the next check
+        pending, self._pending = self._pending, None
+        self._close_conn()
+        if pending is not None and not pending.called:
+            pending.cancel()
+
+    def close(self) -> None:
+        """
+        Close the connection (service shutdown).
+        """
+        self.abort()
+
+    def reconfigure(self, config: Config) -> None:
+        """
+        Use a reloaded configuration from the next check.  New credentials
+        or database: the open connection is replaced at the next check
+        (when no other connection setup is waiting), so they are verified
+        at once.
+        """
+        old, self._config = self._config, config
+        if (old.pg_user, old.pg_password, old.pg_database) != (
+                config.pg_user, config.pg_password, config.pg_database):
+            self._opened_at = float("-inf")
+
+    def _close_conn(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and conn.pollable() is not None:
+            try:
+                conn.close()
+            except Exception:  # pragma: no cover - close of a broken libpq handle
+                log.debug("closing connection host={host} failed", host=self._host.name)
+
+    async def _wait(self, d: Deferred[Any]) -> Any:
+        self._pending = d
+        try:
+            return await d
+        finally:
+            if self._pending is d:
+                self._pending = None
+
+    async def _check(self, started: float, deadline: Deadline) -> Observation:
+        age = self._reactor.seconds() - self._opened_at
+        if self.connected and age > self._config.conn_max_age_ms / 1000:
+            if not self._turns.busy:
+                log.debug("recycling aged connection host={host}", host=self._host.name)
+                self._close_conn()
+        if not self.connected:
+            self._close_conn()
+            await self._connect(deadline)
+            try:
+                return await self._query(started)
+            except CheckFailed as e:
+                # The connection got through TLS and authentication, so the
+                # failure is late: a pooler whose PostgreSQL is down (e.g.
+                # PgBouncer with a cached server welcome) authenticates the
+                # client, then closes it at the first query.
+                e.late = True
+                raise
+        deadline.start()
+        return await self._query(started)
+
+    async def _connect(self, deadline: Deadline) -> None:
+        host = self._host
+        addresses = await self._resolve()
+        deadline.start()
+        # The first address (in resolver order) that accepts TCP is the one
+        # libpq gets; the others are tried only if it refuses.
+        failure: CheckFailed | None = None
+        for address in addresses:
+            endpoint_type = TCP6ClientEndpoint if ":" in address else TCP4ClientEndpoint
+            endpoint = endpoint_type(self._reactor, address, host.port, timeout=3600)
+            try:
+                proto = await self._wait(endpoint.connect(_QUIET_FACTORY))
+            except Exception as e:
+                if self._aborted:
+                    raise CheckFailed("connect", "aborted") from None
+                failure = CheckFailed("connect", f"{address}: {_describe(e, self._config)}"
+                                      if len(addresses) > 1 else _describe(e, self._config),
+                                      errno=_errno(e))
+                continue
+            proto.transport.abortConnection()
+            break
+        else:
+            assert failure is not None
+            raise failure
+        if self._aborted:
+            raise CheckFailed("connect", "aborted")
+        deadline.pause()
+        try:
+            turn = await self._wait(self._turns.acquire(self._urgent()))
+        except Exception:
+            raise CheckFailed("connect", "aborted while waiting for a turn") from None
+        deadline.resume()
+        limit = self._reactor.callLater(TURN_LIMIT, self._turn_expired)
+        conn = _Connection(reactor=self._reactor)
+        self._conn = conn
+        try:
+            await self._wait(conn.connect(
+                host=host.name,
+                hostaddr=address,
+                port=host.port,
+                user=self._config.pg_user,
+                password=self._config.pg_password,
+                dbname=self._config.pg_database,
+                application_name="pg-status",
+            ))
+        except Exception as e:
+            self._close_conn()
+            if not limit.active():
+                raise CheckFailed("connect", "connection setup took longer than its turn") from None
+            why = _describe(e, self._config)
+            # Only a setup that got as far as the server's TLS or
+            # authentication exchange (which then failed, e.g. at a pooler
+            # whose PostgreSQL is down) counts as a late failure; a server
+            # that never answers or just closes does not.
+            raise CheckFailed("connect", why, late=not self._aborted and _reached_auth(why)
+                              ) from None
+        finally:
+            if limit.active():
+                limit.cancel()
+            turn.release(reached_auth=True)
+        if self._aborted:
+            raise CheckFailed("connect", "aborted")
+        self._opened_at = self._reactor.seconds()
+        self.opened += 1
+        self._level = 0
+        self._geometry_known = False
+        log.debug("connected host={host} address={address} pid={pid}",
+                  host=host.name, address=address, pid=self.backend_pid)
+
+    def _turn_expired(self) -> None:
+        log.debug("connection setup exceeded its turn host={host}", host=self._host.name)
+        self._close_conn()
+
+    async def _resolve(self) -> list[str]:
+        name = self._host.name
+        try:
+            ipaddress.ip_address(name.split("%", 1)[0])
+            return [name]
+        except ValueError:
+            pass
+        receiver = _Addresses()
+        self._reactor.nameResolver.resolveHostName(
+            receiver, name, portNumber=self._host.port,
+            addressTypes=None, transportSemantics="TCP",
+        )
+        addresses = await self._wait(receiver.done)
+        if not addresses:
+            raise CheckFailed("connect_start", f"host name {name!r} did not resolve")
+        found: list[str] = []
+        for a in addresses:
+            if a.type == "TCP" and getattr(a, "host", None) and a.host not in found:
+                found.append(a.host)
+        if not found:
+            raise CheckFailed("connect_start", f"host name {name!r} has no TCP address")
+        return found
+
+    async def _query(self, started: float) -> Observation:
+        clock = self._reactor
+        if self._level and clock.seconds() - self._level_since >= FULL_QUERY_RETRY:
+            self._level = 0
+        if not self._geometry_known:
+            self._geometry = geometry_from_rows(await self._run(GEOMETRY_QUERY))
+            self._geometry_known = True
+        while True:
+            sent = clock.seconds()
+            try:
+                rows = await self._wait(self._conn.runQuery(status_query(self._level)))
+            except psycopg2.errors.InsufficientPrivilege as e:
+                if self._level >= 2:
+                    self._close_conn()
+                    raise CheckFailed("validate_result", _describe(e, self._config)) from None
+                self._level += 1
+                self._level_since = clock.seconds()
+                log.warn(
+                    "PostgreSQL permission denied host={host} sqlstate={sqlstate}; retrying "
+                    "poll without {what} until reconnect; the full query is tried again after "
+                    "{minutes} minutes; {advice}",
+                    host=self._host.name, sqlstate=e.pgcode or "42501",
+                    what="WAL receiver statistics" if self._level == 1
+                    else "WAL receiver statistics or control file functions",
+                    minutes=round(FULL_QUERY_RETRY / 60),
+                    advice="grant the monitoring role pg_monitor or pg_read_all_stats for "
+                    "complete byte lag and replica timelines "
+                    f"error={_describe(e, self._config)}",
+                )
+                continue
+            except Exception as e:
+                raise self._query_failed(e) from None
+            received = clock.seconds()
+            if len(rows) != 1:
+                self._close_conn()
+                raise CheckFailed("validate_result", f"{len(rows)} rows instead of one",
+                                  rows=len(rows))
+            try:
+                return observation_from_row(rows[0], started, sent, received, self._geometry)
+            except (ValueError, TypeError) as e:
+                self._close_conn()
+                raise CheckFailed("validate_result", str(e)) from None
+
+    async def _run(self, query: str) -> Any:
+        try:
+            return await self._wait(self._conn.runQuery(query))
+        except Exception as e:
+            raise self._query_failed(e) from None
+
+    def _query_failed(self, e: BaseException) -> CheckFailed:
+        """
+        Close the connection after a failed query and describe the failure:
+        an error the server sent is ``validate_result``, a lost or broken
+        connection ``consume_input``.
+        """
+        self._close_conn()
+        answered = isinstance(e, psycopg2.Error) and e.pgcode is not None
+        return CheckFailed("validate_result" if answered else "consume_input",
+                           _describe(e, self._config))
+
+
+#: "ERROR:": a pooler's error at login, e.g. PgBouncer's "pgbouncer cannot
+#: connect to server" (PostgreSQL itself sends FATAL)
+_AUTH_SIGNS = ("FATAL:", "ERROR:", "SSL", "authentication", "password", "certificate", "GSS")
+
+
+def _reached_auth(message: str) -> bool:
+    """
+    Whether a failed setup's message shows that the server got to TLS or
+    authentication (it sent an error, or TLS was negotiated).
+    """
+    return any(sign in message for sign in _AUTH_SIGNS)
+
+
+def _errno(e: BaseException) -> int | None:
+    """
+    The system error number behind a connection error, if any.
+    """
+    for value in (getattr(e, "osError", None), getattr(e, "errno", None)):
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _describe(e: BaseException, config: Config) -> str:
+    """
+    One line about an error, with the password (if any) masked.
+    """
+    text = " ".join(str(e).split()) or type(e).__name__
+    if isinstance(e, OSError) and e.errno and f"errno={e.errno}" not in text:
+        text = f"{text} errno={e.errno}"
+    secret = config.pg_password
+    if secret and secret not in (config.pg_user, config.pg_database):
+        text = text.replace(secret, "***")
+    return _PASSWORD_ASSIGNMENT.sub("password=***", text)
+

@@ -1,0 +1,96 @@
+"""
+The status query and what its answers mean: the one round trip that
+measures role, positions and clocks, the WAL geometry asked once per
+connection, and the parsing of both into an :class:`Observation`.
+
+Pure: no connection, no reactor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pgstatus.monitor.lag import Observation
+
+_RECEIVER = (
+    "(SELECT pg_wal_lsn_diff(latest_end_lsn, '0/0')::int8 FROM pg_stat_wal_receiver)",
+    "(SELECT received_tli::int8 FROM pg_stat_wal_receiver)",
+)
+_CONTROL = "CASE WHEN r.rec THEN (SELECT timeline_id::int8 FROM pg_control_checkpoint()) END"
+
+
+def status_query(level: int) -> str:
+    """
+    The status query.  ``level`` 0 is complete; 1 leaves out the WAL
+    receiver statistics; 2 also leaves out the control-file functions.
+    """
+    latest_end, received_tli = _RECEIVER if level < 1 else ("NULL::int8", "NULL::int8")
+    control = _CONTROL if level < 2 else "NULL::int8"
+    return f"""SELECT r.rec,
+  extract(epoch FROM clock_timestamp())::float8,
+  CASE WHEN r.rec THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::int8 END,
+  CASE WHEN r.rec THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::int8 END,
+  CASE WHEN r.rec THEN NULL ELSE
+    ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8 END,
+  pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '0/0')::int8,
+  pg_wal_lsn_diff(pg_last_wal_receive_lsn(), '0/0')::int8,
+  extract(epoch FROM pg_last_xact_replay_timestamp())::float8,
+  {latest_end},
+  {received_tli},
+  {control}
+FROM (SELECT pg_is_in_recovery() AS rec) AS r"""
+
+
+#: the server's WAL geometry, asked once per connection (positions are
+#: compared with page headers discounted, see :func:`pgstatus.monitor.lag.past_header`)
+GEOMETRY_QUERY = """SELECT current_setting('wal_block_size')::int8,
+  (SELECT setting::int8 FROM pg_settings WHERE name = 'wal_segment_size')"""
+
+
+def geometry_from_rows(rows: Any) -> tuple[int, int] | None:
+    """
+    ``(wal_block_size, wal_segment_size)`` from :data:`GEOMETRY_QUERY`'s
+    answer, or ``None`` if it is not usable.
+    """
+    try:
+        block, segment = rows[0]
+        block, segment = int(block), int(segment)
+    except (IndexError, TypeError, ValueError):
+        return None
+    if block <= 0 or segment <= 0 or segment % block:
+        return None
+    return block, segment
+
+
+def observation_from_row(row: tuple, started: float, sent: float, received: float,
+                         geometry: tuple[int, int] | None = None) -> Observation:
+    """
+    Turn the status query's row into an :class:`Observation`.
+
+    :param geometry: the server's ``(wal_block_size, wal_segment_size)``.
+    :raise ValueError: the row is not what the query returns.
+    """
+    block, segment = geometry if geometry is not None else (None, None)
+    if len(row) != 11 or not isinstance(row[0], bool) or row[1] is None:
+        raise ValueError(f"unexpected status row: {row!r}")
+    rec, now, wal, ins, mtl, replay, receive, replay_ts, latest_end, rtl, ctl = row
+    if rec:
+        return Observation(
+            started, sent, received, float(now), True,
+            timeline=_int(rtl if rtl is not None else ctl),
+            replay_lsn=_int(replay), receive_lsn=_int(receive),
+            latest_end_lsn=_int(latest_end),
+            replay_ts=None if replay_ts is None else float(replay_ts),
+            wal_block_size=block, wal_segment_size=segment,
+        )
+    if wal is None:
+        raise ValueError("master returned no WAL position")
+    return Observation(
+        started, sent, received, float(now), False,
+        wal_lsn=int(wal), insert_lsn=_int(ins), timeline=_int(mtl),
+        wal_block_size=block, wal_segment_size=segment,
+    )
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None else int(v)

@@ -1,0 +1,466 @@
+"""
+The monitor: one scheduler per host, all on the reactor thread.
+
+A check of a host starts ``sleep_ms`` after the previous check of that host
+started; checks of a host never overlap, an overrun is followed at once by
+the next check, and missed periods are not made up.  Every check runs under
+a :class:`~pgstatus.monitor.turns.Deadline` of ``query_timeout_ms`` whose expiry
+aborts the probe (closing its connection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger, LogLevel
+from twisted.python.failure import Failure
+
+from pgstatus.config.settings import Config
+from pgstatus.model.status import View
+from pgstatus.monitor import lag
+from pgstatus.monitor.errorlog import PollErrorLimiter
+from pgstatus.monitor.lag import MasterPosition, Observation
+from pgstatus.monitor.probe import CheckFailed, PostgresProbe
+from pgstatus.monitor.registry import HostState, Registry, describe_changes
+from pgstatus.monitor.timing import Histogram
+from pgstatus.monitor.turns import ConnectTurns, Deadline
+
+log = Logger(namespace="pgstatus.monitor")
+
+#: the longest period of a dead host that fails late, unless sleep_ms is longer
+MAX_DEAD_PERIOD = 8.0
+#: the shortest time between two extra checks of one host
+MIN_EXTRA_INTERVAL = 0.01
+
+
+class Probe(Protocol):
+    """
+    What a monitor needs of a probe (see :class:`PostgresProbe`).
+    """
+
+    def check(self, started: float, deadline: Deadline) -> Deferred[Observation]: ...
+
+    def abort(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class HostMonitor:
+    """
+    Checks one host on its own schedule and records the results in its
+    :class:`HostState`.
+
+    :param state: the host's record, owned by this monitor.
+    :param registry: publishes the state after every check.
+    :param probe: runs a check.
+    :param clock: time and timers.
+    :param config: periods, deadline, thresholds.
+    :param master_monitor: returns the monitor of the selected master, so a
+        replica's check can wait for a master check in progress.
+    """
+
+    def __init__(
+        self,
+        state: HostState,
+        registry: Registry,
+        probe: Probe,
+        clock: IReactorTime,
+        config: Config,
+        master_monitor: Callable[[], HostMonitor | None] = lambda: None,
+    ) -> None:
+        self.state = state
+        self._registry = registry
+        self.probe = probe
+        self._clock = clock
+        self._config = config
+        self._master_monitor = master_monitor
+        self._limiter = PollErrorLimiter(config.poll_error_log_interval_ms)
+        self._timer: IDelayedCall | None = None
+        self._running = False
+        self.checking = False
+        self._waiters: list[Callable[[], None]] = []
+        self._late_failures = 0
+        self.checks = 0
+        self.extra_checks = 0
+        #: durations of completed checks (for /metrics)
+        self.durations = Histogram()
+        self.last_started: float | None = None
+
+    @property
+    def name(self) -> str:
+        """
+        The host name.
+        """
+        return self.state.host.name
+
+    def start(self, delay: float = 0.0) -> None:
+        """
+        Start checking after ``delay`` seconds.
+        """
+        self._running = True
+        if delay > 0:
+            self._timer = self._clock.callLater(delay, self._run)
+        else:
+            self._run()
+
+    def stop(self) -> None:
+        """
+        Stop checking and close the connection.
+        """
+        self._running = False
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        self.probe.close()
+
+    def reconfigure(self, config: Config) -> None:
+        """
+        Use a reloaded configuration: periods, deadline, error log interval
+        and the probe's settings.  A waiting next check is rescheduled for
+        the new ``sleep_ms``; a check in progress finishes as it started.
+        """
+        old, self._config = self._config, config
+        if config.poll_error_log_interval_ms != old.poll_error_log_interval_ms:
+            self._limiter = PollErrorLimiter(config.poll_error_log_interval_ms)
+        reconfigure = getattr(self.probe, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(config)
+        timer = self._timer
+        if config.sleep_ms != old.sleep_ms and self._running and not self.checking \
+                and timer is not None and timer.active():
+            timer.cancel()
+            now = self._clock.seconds()
+            started = self.last_started if self.last_started is not None else now
+            self._timer = self._clock.callLater(
+                max(0.0, started + self._period() - now), self._run)
+
+    def check_soon(self, min_interval: float) -> bool:
+        """
+        Start an extra check now, unless one is running or the last one
+        started less than ``min_interval`` seconds ago.  The schedule then
+        continues from this check.
+
+        :return: whether a check was started.
+        """
+        if not self._running or self.checking or self._timer is None:
+            return False
+        now = self._clock.seconds()
+        if self.last_started is not None and now - self.last_started < min_interval:
+            return False
+        self._timer.cancel()
+        self._timer = None
+        self.extra_checks += 1
+        self._run()
+        return True
+
+    def on_check_done(self, callback: Callable[[], None]) -> None:
+        """
+        Call ``callback`` once, when the check in progress ends.
+        """
+        self._waiters.append(callback)
+
+    def _period(self) -> float:
+        sleep = self._config.sleep_ms / 1000
+        if self.state.dead and self._late_failures and self._registry.view.master is not None:
+            return min(max(MAX_DEAD_PERIOD, sleep), sleep * 2 ** self._late_failures)
+        return sleep
+
+    def _run(self) -> None:
+        self._timer = None
+        if not self._running:
+            return
+        self.checking = True
+        self.checks += 1
+        started = self.last_started = self._clock.seconds()
+        deadline = Deadline(self._clock, self._config.query_timeout_ms / 1000, self.probe.abort)
+        try:
+            d = self.probe.check(started, deadline)
+        except Exception:
+            d = Deferred()
+            d.errback(Failure())
+        d.addBoth(self._checked, started, deadline)
+        d.addErrback(self._bug)
+
+    def _bug(self, f: Failure) -> None:
+        # Never let an error stop the schedule.
+        log.failure("internal error in check of host={host}", f, level=LogLevel.error,
+                    host=self.name)
+        self._finish(self._clock.seconds())
+
+    def _checked(self, result: Observation | Failure, started: float, deadline: Deadline) -> None:
+        timed_out = deadline.fired
+        deadline.stop()
+        self.durations.observe(self._clock.seconds() - started)
+        if not self._running:
+            # stopped (shutdown, or the host left the configuration): the
+            # aborted check says nothing about the host
+            self._finish(started)
+            return
+        if isinstance(result, Failure):
+            self._record_failure(result, timed_out, started)
+            self._finish(started)
+            return
+        master_mon = self._master_monitor()
+        if result.in_recovery and master_mon is not None and master_mon is not self \
+                and master_mon.checking:
+            self._wait_for_master(master_mon, result, started)
+            return
+        self._record_success(result)
+        self._finish(started)
+
+    def _wait_for_master(self, master_mon: HostMonitor, obs: Observation, started: float) -> None:
+        """
+        Use the result of the master's check in progress for the lag, but
+        do not wait past this host's next check.
+        """
+        done = False
+
+        def go() -> None:
+            nonlocal done
+            if done:
+                return
+            done = True
+            if limit.active():
+                limit.cancel()
+            if self._running:
+                self._record_success(obs)
+            self._finish(started)
+
+        limit = self._clock.callLater(
+            max(0.0, started + self._period() - self._clock.seconds()), go)
+        master_mon.on_check_done(go)
+
+    def _finish(self, started: float) -> None:
+        self.checking = False
+        waiters, self._waiters = self._waiters, []
+        for w in waiters:
+            w()
+        if not self._running:
+            return
+        delay = max(0.0, started + self._period() - self._clock.seconds())
+        self._timer = self._clock.callLater(delay, self._run)
+
+    def _record_success(self, obs: Observation) -> None:
+        st = self.state
+        was_failing = st.failures
+        registry = self._registry
+        if obs.in_recovery:
+            selected = registry.master_state()
+            current = None
+            check_ok = False
+            if selected is not None and selected is not st:
+                current = selected.position
+                check_ok = not selected.last_failed
+            last = registry.last_master_position
+            if last is not None and last.host_index == st.index:
+                last = None
+            st.succeeded(
+                master=False,
+                lsn=obs.replay_lsn,
+                timeline=obs.timeline,
+                lag_ms=lag.lag_ms(obs, current, check_ok, obs.received),
+                lag_bytes=lag.lag_bytes(obs, current if current is not None else last),
+                position=None,
+                reach=None if obs.replay_lsn is None else obs.past_header(obs.replay_lsn),
+            )
+        else:
+            st.succeeded(
+                master=True, lsn=obs.wal_lsn, timeline=obs.timeline, lag_ms=0, lag_bytes=0,
+                position=MasterPosition.from_observation(st.index, obs),
+            )
+        self._late_failures = 0
+        self._limiter.on_success()
+        if was_failing:
+            log.info("host poll recovered host={host} after_failures={n}",
+                     host=self.name, n=was_failing)
+        log.debug(
+            "checked host={host} role={role} lsn={lsn} timeline={tl} lag_ms={lms} "
+            "lag_bytes={lb} duration_ms={ms}",
+            host=self.name, role="replica" if obs.in_recovery else "master",
+            lsn=st.lsn, tl=st.timeline, lms=st.lag_ms, lb=st.lag_bytes,
+            ms=round((obs.received - obs.started) * 1000),
+        )
+        registry.publish(st.index)
+
+    def _record_failure(self, f: Failure, timed_out: bool, started: float) -> None:
+        st = self.state
+        st.failed()
+        err = f.value
+        late = isinstance(err, CheckFailed) and err.late
+        if st.dead and late:
+            self._late_failures += 1
+        elif not late:
+            self._late_failures = 0
+        # The original service's lines (operators' alerts match on them),
+        # all under one rate limit per host.
+        level = LogLevel.error if self._limiter.on_failure(self._clock.seconds()) \
+            else LogLevel.debug
+        if timed_out:
+            log.emit(level, "PostgreSQL poll timed out host={host} timeout_ms={timeout_ms}",
+                     host=self.name, timeout_ms=self._config.query_timeout_ms,
+                     failures=st.failures)
+        elif isinstance(err, CheckFailed) and err.rows is not None:
+            log.emit(level, "unexpected PostgreSQL result row count host={host} rows={rows}",
+                     host=self.name, rows=err.rows, failures=st.failures)
+        elif isinstance(err, CheckFailed):
+            extra = {} if err.errno is None else {"errno": err.errno}
+            log.emit(level, "PostgreSQL operation failed operation={operation} host={host} "
+                     "error={error}", operation=err.operation, host=self.name,
+                     error=err.message, failures=st.failures, **extra)
+        else:
+            log.emit(level, "PostgreSQL operation failed operation={operation} host={host} "
+                     "error={error}", operation="check", host=self.name,
+                     error=f"{type(err).__name__}: {err}", failures=st.failures)
+        self._registry.publish(st.index)
+
+
+class MonitorService(Service):
+    """
+    Owns the :class:`Registry` and one :class:`HostMonitor` per configured
+    host.
+
+    :param config: the service configuration.
+    :param reactor: the reactor (TCP, timers, name resolution).
+    :param probe_factory: ``(host_index) -> Probe``; defaults to real
+        PostgreSQL probes.
+    :param poll: start polling when the service starts; a follower starts
+        without, and turns polling on and off (:meth:`start_polling`,
+        :meth:`stop_polling`) as its hubs come and go.
+    """
+
+    name = "monitor"
+
+    def __init__(self, config: Config, reactor: Any,
+                 probe_factory: Callable[[int], Probe] | None = None,
+                 poll: bool = True) -> None:
+        self.config = config
+        self._reactor = reactor
+        self._poll_on_start = poll
+        #: the host monitors are checking
+        self.polling = False
+        self.registry = Registry(config)
+        self.turns = ConnectTurns.for_hosts(reactor, config.sleep_ms, len(config.hosts))
+        if probe_factory is None:
+            def probe_factory(i: int) -> Probe:
+                state = self.registry.states[i]
+                return PostgresProbe(reactor, self.config.hosts[i], self.config, self.turns,
+                                     urgent=lambda: not state.dead)
+        self._probe_factory = probe_factory
+        self.monitors = [
+            HostMonitor(state, self.registry, probe_factory(state.index), reactor, config,
+                        self._master_monitor)
+            for state in self.registry.states
+        ]
+        self.registry.observe(lambda old, new: _log_changes(old, new, self.config))
+
+    def reconfigure(self, config: Config) -> tuple[list[str], list[str]]:
+        """
+        Adopt a reloaded configuration and publish a new view.
+
+        A host that stays (same name and port) keeps its monitor, state,
+        schedule and connection; an added host gets a new monitor, which
+        starts checking at once if the service runs; a removed host's
+        monitor stops and closes its connection.
+
+        :return: the names of the added and of the removed hosts.
+        """
+        kept: dict[tuple[str, int], list[HostMonitor]] = {}
+        for m in self.monitors:
+            kept.setdefault((m.state.host.name, m.state.host.port), []).append(m)
+        chosen: list[HostMonitor | None] = []
+        states: list[HostState] = []
+        for i, host in enumerate(config.hosts):
+            same = kept.get((host.name, host.port))
+            if same:
+                m = same.pop(0)
+                chosen.append(m)
+                states.append(m.state)
+            else:
+                chosen.append(None)
+                states.append(HostState(host, i, config.max_fails))
+        removed = [m for ms in kept.values() for m in ms]
+        for m in removed:
+            m.stop()
+        self.config = config
+        self.turns.respace(config.sleep_ms, len(config.hosts))
+        for m in chosen:
+            if m is not None:
+                m.reconfigure(config)
+        # The registry first (the default probe factory looks the state up
+        # there), then the monitors, before anything else runs.
+        self.registry.reconfigure(config, states)
+        added = []
+        for i, m in enumerate(chosen):
+            if m is None:
+                m = HostMonitor(states[i], self.registry, self._probe_factory(i), self._reactor,
+                                config, self._master_monitor)
+                chosen[i] = m
+                added.append(m)
+        self.monitors = [m for m in chosen if m is not None]
+        if self.running and self.polling:
+            for m in added:
+                m.start()
+        return [m.name for m in added], [m.name for m in removed]
+
+    def check_soon(self, index: int, min_interval: float) -> bool:
+        """
+        An extra check of host ``index`` (see :meth:`HostMonitor.check_soon`).
+        """
+        return self.monitors[index].check_soon(min_interval)
+
+    def _master_monitor(self) -> HostMonitor | None:
+        m = self.registry.view.master
+        return None if m is None else self.monitors[m.index]
+
+    @property
+    def view(self) -> View:
+        """
+        The current published view.
+        """
+        return self.registry.view
+
+    def startService(self) -> None:
+        """
+        Start every host's schedule.
+        """
+        super().startService()
+        if self._poll_on_start:
+            self.start_polling()
+
+    def start_polling(self) -> None:
+        """
+        Start every host's schedule (if not already polling).
+        """
+        if self.polling:
+            return
+        self.polling = True
+        log.info("started hosts={hosts}", hosts=len(self.monitors))
+        for m in self.monitors:
+            m.start()
+
+    def stop_polling(self) -> None:
+        """
+        Stop every schedule and close every connection (if polling).
+        """
+        if not self.polling:
+            return
+        self.polling = False
+        for m in self.monitors:
+            m.stop()
+        log.info("stopped")
+
+    def stopService(self) -> None:
+        """
+        Stop every schedule and close every connection.
+        """
+        super().stopService()
+        self.stop_polling()
+
+
+def _log_changes(old: View, new: View, config: Config) -> None:
+    for level, fmt, fields in describe_changes(old, new, config):
+        log.emit(level, fmt, **fields)

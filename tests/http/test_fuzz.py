@@ -1,0 +1,109 @@
+"""
+Property tests: arbitrary query strings, headers and host states never
+make an endpoint fail, and the chosen replica always satisfies every
+filter; the master is returned only when no replica does.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pgstatus.config.environ import load_config
+from pgstatus.http.params import REPLICA_ROUTES, parse_filters, wants_json
+from pgstatus.http.responses import Renderer
+from pgstatus.http.wire import _args
+from pgstatus.model.selection import candidates, matches, select_master
+from pgstatus.model.status import HostStatus, View
+
+CONFIG = load_config({
+    "pg_status__hosts": "h0,h1,h2,h3,h4",
+    "pg_status__hosts_dc": "a,b,a,b,a",
+    "pg_status__current_dc": "a",
+})
+
+maybe_int = st.one_of(st.none(), st.integers(0, 10**7))
+
+
+@st.composite
+def host_status(draw, index: int) -> HostStatus:
+    checked = draw(st.booleans())
+    alive = checked and draw(st.booleans())
+    possible_dead = (not alive and checked) or (alive and draw(st.booleans()))
+    master = alive and draw(st.booleans())
+    lag_ms = 0 if master else (draw(maybe_int) if alive else None)
+    lag_bytes = 0 if master else (draw(maybe_int) if alive else None)
+    return HostStatus(
+        index, f"h{index}", "ab"[index % 2] if index != 4 else "a", None, checked, checked,
+        alive, possible_dead, master, lag_ms, lag_bytes,
+        draw(maybe_int) if alive else None,
+        draw(st.one_of(st.none(), st.integers(1, 3))) if alive else None,
+        lag_ms is not None and lag_ms <= 1000, lag_bytes is not None and lag_bytes <= 10**6,
+    )
+
+
+@st.composite
+def views(draw) -> View:
+    hosts = tuple(draw(host_status(i)) for i in range(5))
+    return View(hosts, select_master(hosts), True, 1)
+
+
+query_text = st.text(alphabet=st.characters(codec="utf-8"), max_size=60)
+param_value = st.one_of(
+    st.integers(-5, 10**20).map(str), query_text,
+    st.builds(lambda a, b: f"{a:X}/{b:X}", st.integers(0, 2**33), st.integers(0, 2**33)),
+)
+params = st.dictionaries(
+    st.sampled_from(["lag_ms", "lag_bytes", "min_lsn", "timeline", "wait_ms", "host", "x"]),
+    param_value, max_size=5)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(views(), st.sampled_from(sorted(REPLICA_ROUTES)), params, st.booleans())
+def test_replica_routes_never_fail(view, route, args, as_json):
+    r = Renderer(lambda: view, CONFIG, "1").replica(route, args, as_json)
+    assert r.status in (200, 400, 404)
+    if r.status == 400:
+        assert r.body.startswith(b'{"error_text": "Invalid ')
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=200))
+def test_raw_query_strings_parse(query):
+    args = _args(query)
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in args.items())
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=80))
+def test_accept_header_never_fails(accept):
+    assert wants_json(accept) in (True, False)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(views(), st.sampled_from(sorted(REPLICA_ROUTES)), params)
+def test_choice_satisfies_filters_and_falls_back_only_when_needed(view, route, args):
+    """
+    The answer is a live replica passing every filter, from the best health
+    tier; the master only when no replica passes; 404 only without master.
+    """
+    renderer = Renderer(lambda: view, CONFIG, "1")
+    r = renderer.replica(route, {k: v for k, v in args.items() if k != "wait_ms"}, False)
+    if r.status == 400:
+        return
+    f = parse_filters(route, args, CONFIG)
+    passing = [h for h in view.hosts if h.alive and not h.master and matches(h, f, view.master)]
+    if route == "most_sync_by_bytes":
+        passing = [h for h in passing if h.lag_bytes is not None]
+    if not passing:
+        if view.master is None:
+            assert r.status == 404 and r.body == b""
+        else:
+            assert r.body.decode() == view.master.name
+        return
+    name = r.body.decode()
+    chosen = next(h for h in view.hosts if h.name == name)
+    assert chosen in passing
+    if any(h.healthy for h in passing):
+        assert chosen.healthy
+    assert set(candidates(view.hosts, f, view.master)) <= set(passing)
