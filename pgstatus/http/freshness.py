@@ -5,8 +5,11 @@ A ``min_lsn`` request that no replica satisfies yet may wait up to
 ``wait_ms`` (or ``pg_status__min_lsn_wait_ms``): the replicas that are
 behind get an immediate extra check, and the request is answered as soon
 as a published view has a replica that qualifies, or with the master when
-the wait ends.  Waiting requests cost nothing while they wait: they are
-Deferreds re-examined only when a check publishes a new view.
+the wait ends.  Waiting requests are Deferreds re-examined only when a
+check publishes a new view.  A replica checked before it had replayed the
+write is asked again after 10 ms, 20 ms, 40 ms, ... (one timer for all
+waiting requests), so a read is not left to the next scheduled check, nor
+does a replica that stays behind get checked in a loop.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class FreshReads:
         self._clock = clock
         self._check_soon = check_soon
         self._waiters: list[_Waiter] = []
+        self._recheck: Any = None
         #: extra checks requested (for measurements)
         self.extra_checks_requested = 0
 
@@ -78,6 +82,7 @@ class FreshReads:
         waiter.timer = self._clock.callLater(timeout, self._expire, waiter)
         self._waiters.append(waiter)
         self._ask(hosts)
+        self._schedule()
         return d
 
     def _ask(self, hosts: Iterable[int]) -> None:
@@ -90,6 +95,7 @@ class FreshReads:
             self._waiters.remove(waiter)
         except ValueError:
             return
+        self._schedule()
         waiter.d.callback(None)
 
     def published(self, old: View, new: View) -> None:
@@ -99,30 +105,46 @@ class FreshReads:
         if not self._waiters:
             return
         done = [w for w in self._waiters if w.test(new)]
-        if len(done) < len(self._waiters):
-            self._ask_again(done)
         if not done:
             return
         for w in done:
             self._waiters.remove(w)
             if w.timer.active():
                 w.timer.cancel()
+        self._schedule()
         for w in done:
             w.d.callback(None)
 
-    def _ask_again(self, done: list[_Waiter]) -> None:
+    def _schedule(self) -> None:
         """
-        A check came back and the view still does not serve a waiting
-        request (the replica had not replayed the write yet when it was
-        checked): ask again for its hosts, spaced by a doubling gap, so a
-        replica that stays behind is not checked in a loop.
+        Keep the one re-check timer set for the earliest waiting request
+        that is due to ask again (none without waiting requests).
         """
+        timer = self._recheck
+        if not self._waiters:
+            if timer is not None and timer.active():
+                timer.cancel()
+            self._recheck = None
+            return
+        delay = max(0.0, min(w.again_at for w in self._waiters) - self._clock.seconds())
+        if timer is not None and timer.active():
+            timer.reset(delay)
+        else:
+            self._recheck = self._clock.callLater(delay, self._ask_again)
+
+    def _ask_again(self) -> None:
+        """
+        The view still does not serve these waiting requests (the replica
+        had not replayed the write when it was checked, or no check could
+        start): ask again for their hosts' checks, and double their gap.
+        """
+        self._recheck = None
         now = self._clock.seconds()
         hosts: set[int] = set()
         for w in self._waiters:
-            if now >= w.again_at and w not in done:
+            if now >= w.again_at - 1e-9:
                 hosts.update(w.hosts)
                 w.gap *= 2
                 w.again_at = now + w.gap
         self._ask(sorted(hosts))
-
+        self._schedule()
