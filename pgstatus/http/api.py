@@ -11,15 +11,13 @@ which owns what is answered.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pgstatus.config.settings import Config
 from pgstatus.http.freshness import FreshReads
 from pgstatus.http.responses import Renderer, Response
 from pgstatus.model.status import View
 
-if TYPE_CHECKING:
-    pass
 
 class _LazyApp:
     """

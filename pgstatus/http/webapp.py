@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from klein import Klein
 from twisted.internet.defer import Deferred
@@ -23,8 +23,9 @@ from pgstatus.http.openapi import RESPONSE as OPENAPI
 from pgstatus.http.params import REPLICA_ROUTES, wants_json
 from pgstatus.http.responses import EMPTY_404, EMPTY_405, NOT_READY, Response, error, text
 
-if TYPE_CHECKING:
-    from pgstatus.http.api import StatusAPI
+#: the handlers' ``api`` is the :class:`~pgstatus.http.api.StatusAPI` the app
+#: is read through (not imported here: api imports this module at first use)
+StatusAPI = Any
 
 log = Logger(namespace="pgstatus.http")
 
