@@ -276,9 +276,10 @@ class PgStatusService(MultiService):
             if w not in self.config.warnings:
                 config_log.warn("{warning}", warning=w)
         self.api.renderer.reconfigure(config)
-        added, removed = self.monitor.reconfigure(config)
+        mirrored = self.follower.mirrored_for(config) if self.follower is not None else None
+        added, removed = self.monitor.reconfigure(config, mirrored)
         if self.follower is not None:
-            self.follower.reconfigured(config)
+            self.follower.reconfigured(config, mirrored is not None)
         self.config = config
         log.info("configuration reloaded file={file} changed={changed} added_hosts={added} "
                  "removed_hosts={removed}",

@@ -8,8 +8,9 @@ as a published view has a replica that qualifies, or with the master when
 the wait ends.  Waiting requests are Deferreds re-examined only when a
 check publishes a new view.  A replica checked before it had replayed the
 write is asked again after 10 ms, 20 ms, 40 ms, ... (one timer for all
-waiting requests), so a read is not left to the next scheduled check, nor
-does a replica that stays behind get checked in a loop.
+waiting requests, which looks at them only when it fires), so a read is not
+left to the next scheduled check, nor does a replica that stays behind get
+checked in a loop.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class FreshReads:
     def __init__(self, clock: IReactorTime, check_soon: Callable[[int], None]) -> None:
         self._clock = clock
         self._check_soon = check_soon
-        self._waiters: list[_Waiter] = []
+        # insertion-ordered, removal in O(1)
+        self._waiters: dict[_Waiter, None] = {}
         self._recheck: Any = None
         #: extra checks requested (for measurements)
         self.extra_checks_requested = 0
@@ -80,9 +82,13 @@ class FreshReads:
         hosts = tuple(hosts)
         waiter = _Waiter(test, d, None, hosts, self._clock.seconds())
         waiter.timer = self._clock.callLater(timeout, self._expire, waiter)
-        self._waiters.append(waiter)
+        self._waiters[waiter] = None
         self._ask(hosts)
-        self._schedule()
+        # A request due later than the timer needs nothing (the timer looks
+        # at every waiting request when it fires): O(1) per request.
+        timer = self._recheck
+        if timer is None or not timer.active():
+            self._recheck = self._clock.callLater(RECHECK_AFTER, self._ask_again)
         return d
 
     def _ask(self, hosts: Iterable[int]) -> None:
@@ -91,11 +97,9 @@ class FreshReads:
             self._check_soon(i)
 
     def _expire(self, waiter: _Waiter) -> None:
-        try:
-            self._waiters.remove(waiter)
-        except ValueError:
+        if waiter not in self._waiters:
             return
-        self._schedule()
+        del self._waiters[waiter]
         waiter.d.callback(None)
 
     def published(self, old: View, new: View) -> None:
@@ -108,29 +112,11 @@ class FreshReads:
         if not done:
             return
         for w in done:
-            self._waiters.remove(w)
+            del self._waiters[w]
             if w.timer.active():
                 w.timer.cancel()
-        self._schedule()
         for w in done:
             w.d.callback(None)
-
-    def _schedule(self) -> None:
-        """
-        Keep the one re-check timer set for the earliest waiting request
-        that is due to ask again (none without waiting requests).
-        """
-        timer = self._recheck
-        if not self._waiters:
-            if timer is not None and timer.active():
-                timer.cancel()
-            self._recheck = None
-            return
-        delay = max(0.0, min(w.again_at for w in self._waiters) - self._clock.seconds())
-        if timer is not None and timer.active():
-            timer.reset(delay)
-        else:
-            self._recheck = self._clock.callLater(delay, self._ask_again)
 
     def _ask_again(self) -> None:
         """
@@ -147,4 +133,8 @@ class FreshReads:
                 w.gap *= 2
                 w.again_at = now + w.gap
         self._ask(sorted(hosts))
-        self._schedule()
+        if self._waiters:
+            # the earliest request due next (a pass over them, once per
+            # firing; firings are spaced by the doubling gaps)
+            due = min(w.again_at for w in self._waiters)
+            self._recheck = self._clock.callLater(max(0.0, due - now), self._ask_again)

@@ -8,8 +8,9 @@ master, readiness), each a complete snapshot (:mod:`pgstatus.model.snapshot`)
 with an increasing ``version``, and a ``heartbeat`` event every half second.
 One snapshot is encoded per change, whatever the number of followers.
 
-A follower that does not keep up (Twisted's write buffer for it fills) is
-disconnected; it reconnects and starts again from a full snapshot.
+A follower that does not keep up (Twisted's write buffer for it fills) gets
+only the latest snapshot once its buffer drains; one that stays stuck for
+ten seconds is disconnected, and reconnects from a full snapshot.
 """
 
 from __future__ import annotations
@@ -39,34 +40,58 @@ HEARTBEAT = 0.5
 EVENT_STREAM = b"text/event-stream"
 
 
+#: a follower whose connection stays full this long is disconnected
+STALLED = 10.0
+
+
 @implementer(IPushProducer)
 class _Subscriber:
     """
-    One follower's stream.  As the producer registered on its connection,
-    it hears when the connection's buffer is full, and then drops the
-    follower.
+    One follower's stream, and the producer registered on its connection.
+
+    While the connection's buffer is full (Twisted pauses the producer, at
+    64 KiB), snapshots are not queued: only the latest is sent when it
+    drains, as each is complete.  A follower that stays paused for
+    :data:`STALLED` seconds is disconnected.
     """
 
     def __init__(self, hub: Hub, request: IRequest) -> None:
         self.hub = hub
         self.request = request
         self.peer = str(request.getClientAddress())
+        #: local time the connection's buffer filled, while it is full
+        self.paused_at: float | None = None
+        #: a snapshot was skipped while paused
+        self.behind = False
         #: fires (with the empty rest of the body) when the hub ends the
         #: stream; cancelled when the follower goes away first
         self.done: Deferred[bytes] = Deferred(lambda d: self.hub._drop(self))
 
-    def write(self, frame: bytes) -> None:
-        self.request.write(frame)
+    def snapshot(self, frame: bytes) -> None:
+        if self.paused_at is not None:
+            self.behind = True
+        else:
+            self.request.write(frame)
+
+    def heartbeat(self, frame: bytes, now: float) -> None:
+        if self.paused_at is None:
+            self.request.write(frame)
+        elif now - self.paused_at >= STALLED:
+            log.info("follower not reading, disconnecting peer={peer}", peer=self.peer)
+            self.hub._drop(self)
+            transport = getattr(self.request.channel, "transport", None)
+            if transport is not None:
+                transport.abortConnection()
 
     def pauseProducing(self) -> None:
-        log.info("follower too slow, disconnecting peer={peer}", peer=self.peer)
-        self.hub._drop(self)
-        transport = getattr(self.request.channel, "transport", None)
-        if transport is not None:
-            transport.abortConnection()
+        if self.paused_at is None:
+            self.paused_at = self.hub._clock.seconds()
 
     def resumeProducing(self) -> None:
-        pass
+        self.paused_at = None
+        if self.behind:
+            self.behind = False
+            self.request.write(self.hub._snapshot(self.hub._current()))
 
     def stopProducing(self) -> None:
         self.hub._drop(self)
@@ -123,7 +148,7 @@ class Hub:
         request.notifyFinish().addBoth(lambda _: self._drop(sub))
         log.info("follower connected peer={peer} followers={n}", peer=sub.peer,
                  n=len(self._subscribers))
-        sub.write(self._snapshot(self._current()))
+        sub.snapshot(self._snapshot(self._current()))
         if not self._heartbeat.running:
             self._heartbeat.start(HEARTBEAT, now=False)
         return sub.done
@@ -139,7 +164,7 @@ class Hub:
         if self._key == key:
             return
         for sub in list(self._subscribers):
-            sub.write(frame)
+            sub.snapshot(frame)
 
     def close(self) -> None:
         """
@@ -163,8 +188,9 @@ class Hub:
 
     def _beat(self) -> None:
         frame = b'event: heartbeat\ndata: {"version":%d}\n\n' % self._version
+        now = self._clock.seconds()
         for sub in list(self._subscribers):
-            sub.write(frame)
+            sub.heartbeat(frame, now)
 
     def _drop(self, sub: _Subscriber) -> None:
         if sub in self._subscribers:

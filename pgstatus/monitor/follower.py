@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.application.service import Service
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import Deferred
 from twisted.internet.protocol import Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -37,6 +37,7 @@ from twisted.web.http_headers import Headers
 
 from pgstatus.config.settings import Config
 from pgstatus.model.snapshot import SnapshotError, decode
+from pgstatus.model.status import HostStatus
 from pgstatus.monitor.scheduler import MIN_EXTRA_INTERVAL, MonitorService
 
 log = Logger(namespace="pgstatus.follow")
@@ -103,6 +104,15 @@ class _Body(Protocol):
         self.done.callback(self.data)
 
 
+class _Discard(Protocol):
+    """
+    Closes a response's body unread.
+    """
+
+    def connectionMade(self) -> None:
+        self.transport.stopProducing()
+
+
 def read_body(response: Any) -> Deferred[bytes]:
     """
     The (start of the) body of a short ``response``.
@@ -161,7 +171,7 @@ class FollowerService(Service):
         self._silence: Any = None
         self._stall: Any = None
         self._retry: Any = None
-        self._forwarding: set[int] = set()
+        self._forwarding: set[tuple[str, int]] = set()
         #: local time of the last event from a hub (snapshot or heartbeat)
         self.last_event: float | None = None
         #: local time of the last snapshot published
@@ -190,27 +200,36 @@ class FollowerService(Service):
         self._abort()
         return self._pool.closeCachedConnections()
 
-    def reconfigured(self, config: Config) -> None:
+    def mirrored_for(self, config: Config) -> tuple[tuple[HostStatus, ...], int | None] | None:
         """
-        After a reload (the monitor has republished its own host states):
-        while following, publish the last snapshot again for the new host
-        list, or, if it no longer fits, poll on our own at once.  The hubs
-        and the timeout need a restart.
+        For a reload: while following, the last snapshot as statuses and
+        master index for ``config``'s host list, for the monitor to publish
+        instead of its own (never checked, or stale) host states; ``None``
+        when not following or when the snapshot no longer fits.
+        """
+        if self.mode != FOLLOWING or self._last_data is None:
+            return None
+        try:
+            _, _, master, statuses = decode(self._last_data, config.hosts)
+        except SnapshotError:
+            return None
+        return statuses, master
+
+    def reconfigured(self, config: Config, mirrored: bool) -> None:
+        """
+        After a reload: the hubs and the timeout need a restart; if we were
+        following but the last snapshot no longer fits the host list
+        (``mirrored`` false), poll on our own at once.
         """
         self.config = config
-        if self.mode != FOLLOWING or self._last_data is None:
+        if self.mode != FOLLOWING or mirrored:
             return
-        try:
-            _, ready, master, statuses = decode(self._last_data, config.hosts)
-        except SnapshotError as e:
-            self._refuse(self.hub or "?", f"after the reload: {e}")
-            self._abort()
-            self._next()
-            if self._silence is not None and self._silence.active():
-                self._silence.cancel()
-            self._silent()
-            return
-        self._monitor.registry.mirror(statuses, master, ready)
+        self._refuse(self.hub or "?", "its snapshot does not fit the reloaded host list")
+        self._abort()
+        self._next()
+        if self._silence is not None and self._silence.active():
+            self._silence.cancel()
+        self._silent()
 
     # -- fresh reads ---------------------------------------------------------
 
@@ -219,18 +238,22 @@ class FollowerService(Service):
         An extra check of host ``index``: by the hub while following (one
         request per host at a time), else by our monitor.
         """
-        if self.mode != FOLLOWING or self.hub is None:
+        hub = self._stream.hub if self._stream is not None else None
+        if self.mode != FOLLOWING or hub is None:
             self._monitor.check_soon(index, MIN_EXTRA_INTERVAL)
             return
-        if index in self._forwarding:
+        key = (hub, index)
+        if key in self._forwarding:
             return
-        self._forwarding.add(index)
-        url = f"{self.hub}/follow/check?index={index}".encode()
+        self._forwarding.add(key)
+        url = f"{hub}/follow/check?index={index}".encode()
         d = self._agent.request(b"GET", url)
         d.addCallback(read_body)
+        # a hub that does not answer must not keep this host's checks waiting
+        d.addTimeout(self._timeout / 2, self._reactor)
         d.addErrback(lambda f: log.debug("extra check request failed hub={hub} error={error}",
-                                         hub=self.hub, error=f.getErrorMessage()))
-        d.addBoth(lambda _: self._forwarding.discard(index))
+                                         hub=hub, error=f.getErrorMessage()))
+        d.addBoth(lambda _: self._forwarding.discard(key))
 
     # -- connecting ------------------------------------------------------------
 
@@ -245,10 +268,14 @@ class FollowerService(Service):
         d = self._request = self._stream_agent.request(
             b"GET", f"{hub}/follow".encode(),
             Headers({b"accept": [b"text/event-stream"]}))
-        d.addCallback(self._response, hub)
-        d.addErrback(self._connect_failed, hub)
+        d.addCallbacks(self._response, self._connect_failed, callbackArgs=(hub, d),
+                       errbackArgs=(hub, d))
 
-    def _response(self, response: Any, hub: str) -> None:
+    def _response(self, response: Any, hub: str, d: Deferred[Any]) -> None:
+        if d is not self._request:
+            # an attempt given up (_abort) that answered after all
+            response.deliverBody(_Discard())
+            return
         self._request = None
         if response.code != 200:
             self._unwatch()
@@ -261,9 +288,9 @@ class FollowerService(Service):
         stream = self._stream = _EventStream(self, hub)
         response.deliverBody(stream)
 
-    def _connect_failed(self, f: Failure, hub: str) -> None:
-        if f.check(CancelledError):
-            return  # aborted on purpose (_abort): the caller goes on
+    def _connect_failed(self, f: Failure, hub: str, d: Deferred[Any]) -> None:
+        if d is not self._request:
+            return  # given up on purpose (_abort): whoever did it goes on
         self._request = None
         if self.running:
             log.debug("hub not reachable hub={hub} error={error}", hub=hub,
@@ -332,6 +359,7 @@ class FollowerService(Service):
             return True
         if self.mode != FOLLOWING:
             self._follow(stream.hub)
+        self.hub = stream.hub
         self._last_data = data
         self.last_event = self.last_snapshot = now
         self.version = version

@@ -405,11 +405,11 @@ class PostgresProbe:
                 self._level_since = clock.seconds()
                 log.warn(
                     "PostgreSQL permission denied host={host} sqlstate={sqlstate}; retrying "
-                    "poll without {what} until reconnect; the full query is tried again after "
-                    "{minutes} minutes; {advice}",
+                    "poll without WAL receiver statistics until reconnect;{also} the full "
+                    "query is tried again after {minutes} minutes; {advice}",
                     host=self._host.name, sqlstate=e.pgcode or "42501",
-                    what="WAL receiver statistics" if self._level == 1
-                    else "WAL receiver statistics or control file functions",
+                    also="" if self._level == 1 else " also without the control file "
+                    "functions (replica timelines unknown);",
                     minutes=round(FULL_QUERY_RETRY / 60),
                     advice="grant the monitoring role pg_monitor or pg_read_all_stats for "
                     "complete byte lag and replica timelines "

@@ -219,9 +219,13 @@ class Registry:
         """
         self._observers.append(observer)
 
-    def reconfigure(self, config: Config, states: Sequence[HostState]) -> View:
+    def reconfigure(self, config: Config, states: Sequence[HostState],
+                    mirrored: tuple[Sequence[HostStatus], int | None] | None = None) -> View:
         """
         Adopt a reloaded configuration and host list, and publish.
+
+        ``mirrored``: a follower's hub view for the new host list
+        (statuses, master index), published instead of our own host states.
 
         ``states`` holds one :class:`HostState` per host of
         ``config.hosts``, in that order: the kept hosts' existing states
@@ -252,7 +256,10 @@ class Registry:
                 last, host_index=moved.get(last.host_index, -1))
         self.config = config
         self.states = list(states)
-        self._statuses = [s.status(config) for s in self.states]
+        if mirrored is not None:
+            self._statuses = list(mirrored[0])
+        else:
+            self._statuses = [s.status(config) for s in self.states]
         hosts = tuple(self._statuses)
         before = []
         for i, st in enumerate(self.states):
@@ -262,11 +269,14 @@ class Registry:
         old_master = None
         if old.master is not None and old.master.index in moved:
             old_master = before[moved[old.master.index]]
-        master = select_master(hosts)
-        if master is not None:
-            position = self.states[master.index].position
-            if position is not None:
-                self.last_master_position = position
+        if mirrored is not None:
+            master = None if mirrored[1] is None else hosts[mirrored[1]]
+        else:
+            master = select_master(hosts)
+            if master is not None:
+                position = self.states[master.index].position
+                if position is not None:
+                    self.last_master_position = position
         ready = old.ready or all(s.checked for s in self.states)
         self._generation += 1
         self.view = View(hosts, master, ready, self._generation)

@@ -10,7 +10,7 @@ aborts the probe (closing its connection).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from twisted.application.service import Service
@@ -20,7 +20,7 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from pgstatus.config.settings import Config
-from pgstatus.model.status import View
+from pgstatus.model.status import HostStatus, View
 from pgstatus.monitor import lag
 from pgstatus.monitor.errorlog import PollErrorLimiter
 from pgstatus.monitor.lag import MasterPosition, Observation
@@ -357,9 +357,13 @@ class MonitorService(Service):
         ]
         self.registry.observe(lambda old, new: _log_changes(old, new, self.config))
 
-    def reconfigure(self, config: Config) -> tuple[list[str], list[str]]:
+    def reconfigure(self, config: Config,
+                    mirrored: tuple[Sequence[HostStatus], int | None] | None = None
+                    ) -> tuple[list[str], list[str]]:
         """
-        Adopt a reloaded configuration and publish a new view.
+        Adopt a reloaded configuration and publish a new view (of
+        ``mirrored``, a follower's hub view, when given; see
+        :meth:`Registry.reconfigure`).
 
         A host that stays (same name and port) keeps its monitor, state,
         schedule and connection; an added host gets a new monitor, which
@@ -392,7 +396,7 @@ class MonitorService(Service):
                 m.reconfigure(config)
         # The registry first (the default probe factory looks the state up
         # there), then the monitors, before anything else runs.
-        self.registry.reconfigure(config, states)
+        self.registry.reconfigure(config, states, mirrored)
         added = []
         for i, m in enumerate(chosen):
             if m is None:

@@ -181,6 +181,18 @@ def test_second_hub_and_frozen_hub(pg_topology, daemons, service, reactor):
                          and fol.svc.follower.last_event is not None
                          and reactor.seconds() - fol.svc.follower.last_event < 0.5,
                          5, "the second hub")
+        # it stays with the second hub (the given-up attempt on the frozen
+        # one does not come back to move it), and asks it for extra checks
+        yield deferLater(reactor, TIMEOUT_MS / 1000, lambda: None)
+        assert fol.svc.follower.hub == hub_b.url
+        assert fol.svc.follower._stream is not None
+        assert fol.svc.follower._stream.hub == hub_b.url
+        r = yield fol.get("/replica?min_lsn=FFFFFFFF/0&wait_ms=300")  # no replica has it
+        assert r.text == topo.primary.host
+        code, text = yield blocking(hub_b.get, "/metrics")
+        extra = [int(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                 if line.startswith("pgstatus_host_extra_checks_total{")]
+        assert sum(extra) >= 1, "no extra check reached the live hub"
     finally:
         hub_a.signal(signal.SIGCONT)
     assert fol.svc.follower.mode == "following"

@@ -405,7 +405,9 @@ def test_fresh_reads_ask_again_with_a_doubling_gap() -> None:
     assert times == pytest.approx([0.01, 0.03, 0.07, 0.15, 0.31], abs=0.0051)
     assert asked == [1] * 6
     fresh.published(View((), None, True, 99), View((), None, True, 100))
-    assert fresh.waiting == 0 and not clock.getDelayedCalls()
+    assert fresh.waiting == 0
+    clock.advance(1.0)  # the re-check timer fires once more, finds nobody, stops
+    assert asked == [1] * 6 and not clock.getDelayedCalls()
 
 def test_poll_errors_rate_limited_per_interval() -> None:
     """
