@@ -183,6 +183,8 @@ class FollowerService(Service):
         #: snapshots published
         self.snapshots = 0
         self._last_data: bytes | None = None
+        #: the hub whose snapshot was published last
+        self._followed: str | None = None
 
     # -- service ---------------------------------------------------------
 
@@ -359,7 +361,9 @@ class FollowerService(Service):
             return True
         if self.mode != FOLLOWING:
             self._follow(stream.hub)
-        self.hub = stream.hub
+        elif self._followed != stream.hub:
+            log.info("following hub={hub}", hub=stream.hub)  # moved to another hub
+        self.hub = self._followed = stream.hub
         self._last_data = data
         self.last_event = self.last_snapshot = now
         self.version = version

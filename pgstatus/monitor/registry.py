@@ -310,8 +310,12 @@ class Registry:
         host state the availability the view shows (reached, failures,
         role), so a host the hub reached is not dead after one failure of
         ours.  The view itself changes host by host, as our checks publish.
+        Master positions from an earlier time of our own polling are
+        forgotten: replica lags wait for a fresh check of the master.
         """
+        self.last_master_position = None
         for st, h in zip(self.states, self._statuses, strict=True):
+            st.position = None
             if not h.checked:
                 continue
             st.reached = st.reached or h.reached

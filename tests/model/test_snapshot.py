@@ -124,7 +124,13 @@ def test_registry_mirror_then_own_checks():
     v = reg.mirror(statuses, master, ready)
     assert seen == [v] and v.ready and v.master.name == "m"
     assert v.hosts[1].possible_dead and not v.hosts[2].alive
+    # positions left from an earlier time of our own polling
+    from pgstatus.monitor.lag import MasterPosition
+
+    stale = MasterPosition(0, 123, False, 1, 0.0, 0.0, 0.0)
+    reg.states[0].position = reg.last_master_position = stale
     reg.seed_from_view()
+    assert reg.states[0].position is None and reg.last_master_position is None
     a, b = reg.states[1], reg.states[2]
     assert a.reached and a.failures == 1 and not a.dead
     assert b.dead
