@@ -185,6 +185,9 @@ def test_second_hub_and_frozen_hub(pg_topology, daemons, service, reactor):
         # one does not come back to move it), and asks it for extra checks
         yield deferLater(reactor, TIMEOUT_MS / 1000, lambda: None)
         assert fol.svc.follower.hub == hub_b.url
+        # no attempt left open on the frozen hub (an aborted attempt's
+        # failure once counted as a second failed hub: a new round began)
+        assert fol.svc.follower._request is None
         assert fol.svc.follower._stream is not None
         assert fol.svc.follower._stream.hub == hub_b.url
         r = yield fol.get("/replica?min_lsn=FFFFFFFF/0&wait_ms=300")  # no replica has it
@@ -197,6 +200,34 @@ def test_second_hub_and_frozen_hub(pg_topology, daemons, service, reactor):
         hub_a.signal(signal.SIGCONT)
     assert fol.svc.follower.mode == "following"
     assert all(m.checks == 0 for m in fol.svc.monitor.monitors)
+
+
+@pytest_twisted.inlineCallbacks
+def test_first_hub_frozen_from_the_start(pg_topology, daemons, service, reactor):
+    """
+    The first hub accepts connections but never answers (SIGSTOP before the
+    follower starts): the attempt is given up after half of
+    follow_timeout_ms, the second hub is followed, and nothing is left
+    pointing at the frozen one (the given-up attempt's failure once counted
+    as a failure of the next hub, and a new round went back to the first).
+    """
+    topo = pg_topology
+    hub_a = yield blocking(daemons, {**topo.hosts_env(), **HUB})
+    hub_b = yield blocking(daemons, {**topo.hosts_env(), **HUB})
+    yield blocking(hub_b.wait_ready)
+    hub_a.signal(signal.SIGSTOP)
+    try:
+        fol = service(follower_env(topo, hub_a, hub_b))
+        yield wait_until(reactor, ready(fol), 5, "follower readiness")
+        assert fol.svc.follower.hub == hub_b.url
+        yield deferLater(reactor, TIMEOUT_MS / 1000, lambda: None)  # past a round's pause
+        assert fol.svc.follower.hub == hub_b.url
+        assert fol.svc.follower._request is None
+        assert fol.svc.follower._stream.hub == hub_b.url
+        assert fol.svc.follower.mode == "following"
+        assert all(m.checks == 0 for m in fol.svc.monitor.monitors)
+    finally:
+        hub_a.signal(signal.SIGCONT)
 
 
 @pytest_twisted.inlineCallbacks
@@ -242,9 +273,14 @@ def test_failover_reaches_the_follower(fresh_topology, daemons, service, reactor
     yield wait_until(reactor, lambda: fol.view.master is not None
                      and fol.view.master.name == new.host, 2, "the follower's new master")
     assert reactor.seconds() - seen < 1.0
+    # the replica left on the abandoned history is mirrored with its timeline
+    yield wait_until(reactor, lambda: fol.host(left.host).alive
+                     and fol.host(left.host).timeline == 1
+                     and fol.host(new.host).timeline == 2, 5, "timelines mirrored")
     lsn, tl, _ = yield blocking(topo.write, None, new)
-    r = yield fol.get(f"/replica?min_lsn={lsn}")
-    assert r.text == new.host
+    for _ in range(4):  # round-robin would reach it if it qualified
+        r = yield fol.get(f"/replica?min_lsn={lsn}")
+        assert r.text == new.host
     assert fol.svc.follower.mode == "following"
     assert left.host in {h.name for h in fol.view.hosts}
 
