@@ -7,6 +7,7 @@ answer (see :mod:`pgstatus.http.fastpath`).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -43,6 +44,10 @@ _TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 
               b"Connection: close\r\n\r\n")
 #: most bytes buffered behind a waiting answer before the client is cut off
 MAX_PENDING = 65536
+#: most header lines the fast path reads (twisted.web's HTTPChannel.maxHeaders)
+MAX_HEADERS = 500
+#: bytes twisted.web refuses in a request head (it answers 400): such heads go to it
+_ODD_BYTES = re.compile(rb"[^\x20-\x7e\r\n\t]")
 
 
 log = Logger(namespace="pgstatus.http")
@@ -189,13 +194,21 @@ class FastChannel(Protocol):
             buf = buf[end + 4:]
             self._head_since = 0.0
             if isinstance(answer, Deferred):
-                # answer later; requests pipelined behind it wait their turn
-                self._flush(out)
-                self._buf = buf
-                self._blocked = True
-                answer.addCallback(self._later)
-                answer.addErrback(self._broken)
-                return
+                got: list[Any] = []
+                answer.addBoth(got.append)
+                if not got:
+                    # answer later; requests pipelined behind it wait their turn
+                    self._flush(out)
+                    self._buf = buf
+                    self._blocked = True
+                    answer.addCallback(lambda _, got=got: self._settled(got[0]))
+                    return
+                if isinstance(got[0], Failure):
+                    self._flush(out)
+                    self._broken(got[0])
+                    return
+                # answered already (no wait): go on in this loop, not deeper
+                answer = got[0]
             data_out, close = answer
             out.append(data_out)
             if close:
@@ -296,6 +309,12 @@ class FastChannel(Protocol):
         if self._buf and self._web is None and not self._head_since:
             self._head_since = self.site.seconds()
 
+    def _settled(self, result: Any) -> None:
+        if isinstance(result, Failure):
+            self._broken(result)
+        else:
+            self._later(result)
+
     def _broken(self, f: Any) -> None:
         log.failure("fast path answer failed", f, level=LogLevel.error)
         self.transport.abortConnection()
@@ -352,6 +371,8 @@ class FastChannel(Protocol):
         """
         Parse a request head: what it asks for, or ``None`` for Klein.
         """
+        if _ODD_BYTES.search(head):
+            return None  # non-ASCII or control bytes: twisted.web judges them
         line_end = head.find(b"\r\n")
         request_line = head if line_end < 0 else head[:line_end]
         parts = request_line.split(b" ")
@@ -366,11 +387,14 @@ class FastChannel(Protocol):
             return None
         path, _, query = target.partition(b"?")
         accept = None
-        close = False
+        close = None
         if line_end >= 0:
-            for raw in head[line_end + 2:].split(b"\r\n"):
+            lines = head[line_end + 2:].split(b"\r\n")
+            if len(lines) > MAX_HEADERS:
+                return None
+            for raw in lines:
                 name, sep, value = raw.partition(b":")
-                if not sep or name != name.strip():
+                if not sep or not name or name != name.strip() or b" " in name:
                     return None
                 n = len(name)
                 if n not in _HEADER_LENGTHS:
@@ -378,11 +402,13 @@ class FastChannel(Protocol):
                 lname = name.lower()
                 if lname == b"accept":
                     accept = value.strip().decode("latin-1")
-                elif lname == b"connection":
+                elif lname == b"connection" and close is None:
+                    # the first Connection header counts, as in twisted.web
                     tokens = value.strip().lower().split(b" ")
                     close = b"close" in tokens
                 elif lname in _NOT_FAST:
                     return None
+        close = bool(close)
         label = _LABELS.get(path)
         if label is None:
             return None

@@ -184,6 +184,7 @@ def test_constants_agree_with_twisted_web():
         assert wire.reason(status) == responses[status]
     assert wire.SERVER_VERSION == version
     assert channel.MAX_TOTAL == HTTPChannel.totalHeadersSize
+    assert channel.MAX_HEADERS == HTTPChannel.maxHeaders
 
 
 def one_by_one(port: int, requests: list[bytes]) -> list[bytes]:
@@ -232,3 +233,84 @@ def test_memoised_answers_are_counted_per_request(reactor):
     counts = api.renderer.requests
     assert counts[("replica", 200)] == 9 + 7 and counts[("master", 200)] == 1 + 2
     assert sum(api.renderer.fallbacks.values()) == 5 + 3
+
+
+@pytest_twisted.inlineCallbacks
+def test_memoised_heads_follow_the_view(reactor):
+    """
+    The same request bytes, memoised with their answer, are answered anew
+    when the monitor publishes another view: 503 before readiness, the
+    master after, 404 once no master is left.
+    """
+    import dataclasses
+
+    current = {"view": view(ready=False)}
+    api = StatusAPI(lambda: current["view"], CONFIG, "9.9.9")
+    site = FastSite(api.resource(), api.renderer, reactor)
+    port = reactor.listenTCP(0, site, interface="127.0.0.1")
+    try:
+        n = port.getHost().port
+        req = b"GET /master HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        a = yield threads.deferToThread(raw_request, n, req)
+        assert a.startswith(b"HTTP/1.1 503 ") and a.endswith(b'"pg_monitor is not ready"}')
+        current["view"] = view(ready=True)
+        a = yield threads.deferToThread(raw_request, n, req)
+        assert a.startswith(b"HTTP/1.1 200 ") and a.endswith(b"\r\n\r\npg-1")
+        dead = tuple(dataclasses.replace(h, alive=False, master=False)
+                     for h in current["view"].hosts)
+        current["view"] = View(dead, None, True, 3)
+        a = yield threads.deferToThread(raw_request, n, req)
+        assert a.startswith(b"HTTP/1.1 404 ") and a.endswith(b"\r\n\r\n")
+    finally:
+        yield port.stopListening()
+
+
+ODD_HEADS = [
+    b"GET /status?host=pg-\xff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    b"GET /master HTTP/1.1\r\nHost: x\r\nX Y: z\r\nConnection: close\r\n\r\n",
+    b"GET /master HTTP/1.1\r\nHost: x\r\n: z\r\nConnection: close\r\n\r\n",
+    b"GET /master HTTP/1.1\r\nHost: x\r\nX-Y: a\x00b\r\nConnection: close\r\n\r\n",
+    b"GET /master HTTP/1.1\r\nHost: x\r\n" + b"X-A: 1\r\n" * 501 + b"Connection: close\r\n\r\n",
+    # the first Connection header counts: close after the first answer
+    b"GET /master HTTP/1.1\r\nHost: x\r\nConnection: close\r\nConnection: keep-alive\r\n\r\n"
+    b"GET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("req", ODD_HEADS, ids=range(len(ODD_HEADS)))
+@pytest_twisted.inlineCallbacks
+def test_odd_heads_answered_as_twisted_web(sites, req):
+    """
+    Heads twisted.web refuses or reads its own way (bytes outside ASCII,
+    malformed header names, NUL, too many headers, two Connection headers)
+    get twisted.web's answer from the fast-path site too.
+    """
+    fast, slow = sites(True), sites(False)
+    a = yield threads.deferToThread(raw_request, fast, req)
+    b = yield threads.deferToThread(raw_request, slow, req)
+    assert a == b, (req[:80], a, b)
+
+
+@pytest_twisted.inlineCallbacks
+def test_pipelined_answers_that_need_no_wait(reactor, monkeypatch):
+    """
+    A thousand pipelined read-your-writes requests whose wait ends at once
+    (here: the cap on waiting requests is reached) are all answered, in a
+    loop rather than one stack frame deeper per request.
+    """
+    from pgstatus.http import freshness
+
+    monkeypatch.setattr(freshness, "MAX_WAITERS", 0)
+    v = view()
+    fresh = freshness.FreshReads(reactor, lambda i: None)
+    api = StatusAPI(lambda: v, CONFIG, "9.9.9", fresh)
+    site = FastSite(api.resource(), api.renderer, reactor)
+    port = reactor.listenTCP(0, site, interface="127.0.0.1")
+    try:
+        one = b"GET /replica?min_lsn=0/3000061&wait_ms=50 HTTP/1.1\r\nHost: x\r\n\r\n"
+        last = b"GET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        a = yield threads.deferToThread(raw_request, port.getHost().port, one * 1000 + last)
+        assert a.count(b"HTTP/1.1 200 ") == 1001
+        assert a.endswith(b"9.9.9")
+    finally:
+        yield port.stopListening()
