@@ -23,7 +23,7 @@ $(STAMP): setup.py pyproject.toml
 
 venv: $(STAMP)
 
-$(DAEMON_STAMP): setup.py pyproject.toml $(STAMP)
+$(DAEMON_STAMP): setup.py pyproject.toml $(STAMP) $(shell find pgstatus twisted -name '*.py')
 	test -x $(DAEMON_VENV)/bin/python || $(PYTHON) -m venv $(DAEMON_VENV)
 	$(DAEMON_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(DAEMON_VENV)/bin/python -m pip install --quiet .

@@ -22,11 +22,11 @@ from typing import Any
 import psycopg2
 import psycopg2.errors
 from twisted.internet.defer import Deferred, ensureDeferred
-from twisted.internet.endpoints import TCP4ClientEndpoint, TCP6ClientEndpoint
 from twisted.internet.interfaces import IHostResolution, IResolutionReceiver
 from twisted.internet.main import CONNECTION_DONE as _SHARED_CONNECTION_DONE
 from twisted.internet.main import CONNECTION_LOST as _SHARED_CONNECTION_LOST
-from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.interfaces import IConnector
+from twisted.internet.protocol import ClientFactory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from txpostgres import txpostgres
@@ -80,12 +80,50 @@ class CheckFailed(Exception):
         return f"{self.operation}: {self.message}"
 
 
-class _QuietFactory(Factory):
+class _Reached(Protocol):
+    factory: _TCPReach
+
+    def connectionMade(self) -> None:
+        self.factory.made(self)
+
+
+class _TCPReach(ClientFactory):
+    """
+    One TCP connection attempt: :attr:`reached` fires with the protocol once
+    TCP connects, or fails with the reason.  Cancelling it stops connecting.
+    (``reactor.connectTCP`` rather than an endpoint: endpoints would import
+    ``twisted.internet.endpoints`` at start, 0.4 MiB and 3 ms of CPU.)
+    """
+
     noisy = False
-    protocol = Protocol
+    protocol = _Reached
+
+    def __init__(self) -> None:
+        self.reached: Deferred[Protocol] = Deferred(self._cancel)
+        self.connector: IConnector | None = None
+
+    def made(self, proto: Protocol) -> None:
+        if not self.reached.called:
+            self.reached.callback(proto)
+        else:  # cancelled just as it connected
+            proto.transport.abortConnection()
+
+    def clientConnectionFailed(self, connector: IConnector, reason: Failure) -> None:
+        if not self.reached.called:
+            self.reached.errback(reason)
+
+    def _cancel(self, d: Deferred[Protocol]) -> None:
+        if self.connector is not None:
+            self.connector.stopConnecting()
 
 
-_QUIET_FACTORY = _QuietFactory()
+def _reach_tcp(reactor: Any, address: str, port: int) -> Deferred[Protocol]:
+    """
+    Connect TCP to ``address`` (an IPv4 or IPv6 literal) and ``port``.
+    """
+    attempt = _TCPReach()
+    attempt.connector = reactor.connectTCP(address, port, attempt, timeout=3600)
+    return attempt.reached
 
 
 def _own_reason(reason: Failure) -> Failure:
@@ -298,10 +336,8 @@ class PostgresProbe:
         # libpq gets; the others are tried only if it refuses.
         failure: CheckFailed | None = None
         for address in addresses:
-            endpoint_type = TCP6ClientEndpoint if ":" in address else TCP4ClientEndpoint
-            endpoint = endpoint_type(self._reactor, address, host.port, timeout=3600)
             try:
-                proto = await self._wait(endpoint.connect(_QUIET_FACTORY))
+                proto = await self._wait(_reach_tcp(self._reactor, address, host.port))
             except Exception as e:
                 if self._aborted:
                     raise CheckFailed("connect", "aborted") from None

@@ -17,19 +17,22 @@ CPU per request; and the time from the start of the process to ``/ready``.
 
 With ``--image``, the same for the Docker image (``docker/Dockerfile``, built
 as the container tests build it, on a Docker engine of our own when none
-runs), started with ``docker run --cpus`` and host networking, with its
-HEALTHCHECK and with ``--no-healthcheck``; the numbers come from the
-container's own cgroup.
+runs), started with ``docker run --cpus`` and host networking, as built (no
+HEALTHCHECK) and with the documented opt-in health check every 5 s; the
+numbers come from the container's own cgroup.  Also what Docker charges the
+container per ``docker exec`` (of ``true``, and of the bash check).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -166,6 +169,96 @@ class ContainerGroup(Cgroup):
         pass
 
 
+def daemon_env(env: dict[str, str]) -> dict[str, str]:
+    """
+    The environment of the daemon: ours without PYTHONPATH, so that it runs
+    the package as installed in the daemon's venv (compiled by pip).
+    """
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**base, **env}
+
+
+def _log_time(line: str) -> float:
+    """The wall-clock time of a text log line's timestamp."""
+    stamp = line.split(" ", 1)[0].rstrip("Z")
+    return datetime.datetime.fromisoformat(stamp).replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+
+
+def time_starts(topo: PgTopology, cpus: float, starts: int, twistd: str) -> dict:
+    """
+    Start the service ``starts`` times in a quota of ``cpus``: seconds from
+    the start of the process to listening (``live``) and to ready, taken from
+    the timestamps of its own log lines (``http: server started``, ``monitor
+    ready``) so that asking does not spend the quota being measured; and the
+    CPU it used to get ready.
+    """
+    runs = []
+    for _ in range(starts):
+        port = free_port()
+        env = {**topo.hosts_env(), "pg_status__http_listen_address": "127.0.0.1",
+               "pg_status__http_port": str(port)}
+        group = Cgroup(f"pgstatus-start-{os.getpid()}", cpus)
+        enter = " ".join(f"echo $$ > {f};" for f in group.procs_files())
+        log = tempfile.TemporaryFile("w+")
+        t0 = time.time()
+        proc = subprocess.Popen(["sh", "-c", f"{enter} exec {twistd} -n --pidfile= pgstatus"],
+                                env=daemon_env(env), cwd="/",
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            while get(port, "/ready")[0] != 200:
+                if time.time() - t0 > 120:
+                    raise RuntimeError("not ready within 120 s")
+                time.sleep(0.25)
+            cpu_ms = group.usage_ns() / 1e6
+            log.seek(0)
+            lines = log.read().splitlines()
+            live = next(_log_time(x) for x in lines if " http: server started " in x)
+            ready = next(_log_time(x) for x in lines if " monitor: monitor ready" in x)
+            runs.append({"live_s": round(live - t0, 3), "ready_s": round(ready - t0, 3),
+                         "cpu_ms": round(cpu_ms, 1)})
+        finally:
+            proc.terminate()
+            proc.wait(30)
+            log.close()
+            group.remove()
+    ready = sorted(r["ready_s"] for r in runs)
+    return {"cpus": cpus, "starts": runs, "ready_median_s": ready[len(ready) // 2],
+            "ready_max_s": ready[-1]}
+
+
+def exec_charges(topo: PgTopology, engine, image: str, runs: int = 15) -> dict:
+    """
+    The CPU a container's cgroup is charged per ``docker exec``: of ``true``
+    (Docker's own floor for any HEALTHCHECK) and of the opt-in bash check.
+    """
+    port = free_port()
+    args = ["run", "-d", "--rm", "--network", "host"]
+    for k, v in {**topo.hosts_env(), "pg_status__http_listen_address": "127.0.0.1",
+                 "pg_status__http_port": str(port)}.items():
+        args += ["-e", f"{k}={v}"]
+    cid = engine.run([*args, image]).stdout.strip()
+    group = ContainerGroup(cid)
+    out = {}
+    try:
+        while get(port, "/live")[0] != 200:
+            time.sleep(0.1)
+        for label, cmd in (("true", ["true"]),
+                           ("healthcheck.sh", ["/bin/bash",
+                                               "/usr/local/lib/pg-status/healthcheck.sh"])):
+            charged = []
+            for _ in range(runs):
+                u0 = group.usage_ns()
+                engine.run(["exec", cid, *cmd])
+                charged.append((group.usage_ns() - u0) / 1e6)
+            charged.sort()
+            out[label] = {"median_ms": round(charged[len(charged) // 2], 1),
+                          "min_ms": round(charged[0], 1), "max_ms": round(charged[-1], 1)}
+    finally:
+        engine.run(["stop", cid], check=False)
+    return out
+
+
 def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float,
               twistd: str, engine=None, image: str | None = None,
               healthcheck: bool = True) -> dict:
@@ -177,7 +270,7 @@ def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float,
         group = Cgroup(f"pgstatus-bench-{os.getpid()}", cpus)
         enter = " ".join(f"echo $$ > {f};" for f in group.procs_files())
         proc = subprocess.Popen(["sh", "-c", f"{enter} exec {twistd} -n --pidfile= pgstatus"],
-                                env=dict(os.environ, PYTHONPATH=ROOT, **env), cwd=ROOT,
+                                env=daemon_env(env), cwd="/",
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         def stop() -> None:
@@ -186,8 +279,9 @@ def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float,
             group.remove()
     else:
         args = ["run", "-d", "--rm", "--network", "host", f"--cpus={cpus}"]
-        if not healthcheck:
-            args.append("--no-healthcheck")
+        if healthcheck:  # the documented opt-in (the image has no HEALTHCHECK)
+            args += ["--health-cmd", "/bin/bash /usr/local/lib/pg-status/healthcheck.sh",
+                     "--health-interval", "5s", "--health-timeout", "3s"]
         for k, v in env.items():
             args += ["-e", f"{k}={v}"]
         cid = engine.run([*args, image]).stdout.strip()
@@ -196,7 +290,7 @@ def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float,
         def stop() -> None:
             engine.run(["stop", cid], check=False)
     what = "pip install ." if image is None else \
-        "image" if healthcheck else "image, --no-healthcheck"
+        "image, opt-in health check every 5 s" if healthcheck else "image"
     result: dict = {"cpus": cpus, "rates": [], "what": what}
     try:
         live = None
@@ -243,9 +337,12 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=15)
     ap.add_argument("--twistd", default=os.path.join(os.path.dirname(sys.executable), "twistd"),
                     help="the twistd to run (make bench-quota: the daemon's own venv)")
+    ap.add_argument("--starts", type=int, default=0,
+                    help="only time N starts (to /ready, as `pip install .` runs it) per quota")
     ap.add_argument("--image", action="store_true",
                     help="also measure the Docker image (docker run --cpus)")
     args = ap.parse_args()
+    args.twistd = os.path.abspath(args.twistd)
     if not os.path.isdir(CPU) or not os.access(CPU, os.W_OK):
         print(f"bench-quota needs a writable cgroup v1 cpu controller at {CPU}", file=sys.stderr)
         return 2
@@ -255,6 +352,15 @@ def main() -> int:
     results = []
     try:
         bg.start()
+        if args.starts:
+            for cpus in args.cpus:
+                r = time_starts(topo, cpus, args.starts, args.twistd)
+                for x in r["starts"]:
+                    print(f"{cpus} vCPU: live {x['live_s']} s, ready {x['ready_s']} s, "
+                          f"CPU {x['cpu_ms']} ms")
+                print(f"{cpus} vCPU: /ready median {r['ready_median_s']} s, "
+                      f"max {r['ready_max_s']} s")
+            return 0
         for cpus in args.cpus:
             results.append(run_quota(topo, cpus, args.rates, args.seconds, args.twistd))
         if args.image:
@@ -264,6 +370,11 @@ def main() -> int:
             try:
                 images = base_images(engine)
                 build_pg_status(engine, images)
+                charges = exec_charges(topo, engine, images.pg_status)
+                for label, c in charges.items():
+                    print(f"docker exec {label}: {c['median_ms']} ms of CPU charged to the "
+                          f"container (median; {c['min_ms']}-{c['max_ms']})")
+                results.append({"what": "docker exec charges", "exec": charges})
                 for cpus in args.cpus:
                     for healthcheck in (True, False):
                         results.append(run_quota(topo, cpus, args.rates, args.seconds,
@@ -279,7 +390,7 @@ def main() -> int:
           "p50 / p99 / max ms | throttled periods | CPU per request |")
     print("|---|---:|---:|---|---:|---|---:|---:|")
     for r in results:
-        for i, x in enumerate(r["rates"]):
+        for i, x in enumerate(r.get("rates", ())):
             first = (f"| {r['what']} | {r['cpus']} | {r['ready_s']} s | "
                      f"{r['idle']['cpu_ms_per_s']} ms/s ({r['idle']['throttled']}) |"
                      ) if i == 0 else "| | | | |"

@@ -91,13 +91,19 @@ def test_image_against_local_topology(docker_images: Images, pg_topology: PgTopo
                                        containers: list[DockerContainer]) -> None:
     """
     The image, run with host networking against the real topology: /live,
-    /ready, /master and /hosts answer correctly, the HEALTHCHECK turns
-    healthy, the process runs as the numeric non-root uid 10001, and
-    ``docker stop`` ends it with exit status 0 in under 2 s.
+    /ready, /master and /hosts answer correctly, the image brings no
+    HEALTHCHECK of its own and the documented opt-in check
+    (``--health-cmd``) turns healthy, the process runs as the numeric
+    non-root uid 10001, and ``docker stop`` ends it with exit status 0 in
+    under 2 s.
     """
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    c = pg_status_container(docker_images, pg_topology.hosts_env(), port).start()
+    c = pg_status_container(docker_images, pg_topology.hosts_env(), port)
+    c.with_kwargs(network_mode="host", healthcheck={
+        "test": ["CMD", "/bin/bash", "/usr/local/lib/pg-status/healthcheck.sh"],
+        "interval": 200_000_000, "timeout": 3_000_000_000, "retries": 3})
+    c.start()
     containers.append(c)
     poll(lambda: get(base + "/ready") == (200, "OK"), 30, "/ready in the container",
          context=lambda: c.get_wrapped_container().logs().decode())
@@ -110,11 +116,13 @@ def test_image_against_local_topology(docker_images: Images, pg_topology: PgTopo
 
     inspect = c.get_wrapped_container().attrs
     assert inspect["Config"]["User"] == "10001:10001"
+    image = c.get_docker_client().client.images.get(docker_images.pg_status)
+    assert not image.attrs["Config"].get("Healthcheck"), image.attrs["Config"]
     top = c.get_wrapped_container().top(ps_args="-o pid,uid,gid,comm")
     assert top["Titles"][:3] == ["PID", "UID", "GID"], top
     assert top["Processes"] and all(p[1:3] == ["10001", "10001"] for p in top["Processes"]), top
 
-    poll(lambda: health(c) == "healthy", 30, "the HEALTHCHECK to report healthy",
+    poll(lambda: health(c) == "healthy", 30, "the opted-in health check to report healthy",
          interval=0.2)
     # the image's own check, inside the container, timed by bash
     timed = c.exec(["/bin/bash", "-c", "TIMEFORMAT='%3U %3S'; "
@@ -141,7 +149,7 @@ def test_healthcheck_is_cheap_and_fails_without_server(docker_images: Images,
                                                         containers: list[DockerContainer]
                                                         ) -> None:
     """
-    The HEALTHCHECK command starts no Python: against a running pg-status
+    The opt-in health check command starts no Python: against a running pg-status
     it exits 0 using at most 5 ms of CPU; against a port nobody listens on it
     exits 1.
     """
