@@ -22,10 +22,9 @@ from typing import Any
 import psycopg2
 import psycopg2.errors
 from twisted.internet.defer import Deferred, ensureDeferred
-from twisted.internet.interfaces import IHostResolution, IResolutionReceiver
+from twisted.internet.interfaces import IConnector, IHostResolution, IResolutionReceiver
 from twisted.internet.main import CONNECTION_DONE as _SHARED_CONNECTION_DONE
 from twisted.internet.main import CONNECTION_LOST as _SHARED_CONNECTION_LOST
-from twisted.internet.interfaces import IConnector
 from twisted.internet.protocol import ClientFactory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure

@@ -182,7 +182,7 @@ def _log_time(line: str) -> float:
     """The wall-clock time of a text log line's timestamp."""
     stamp = line.split(" ", 1)[0].rstrip("Z")
     return datetime.datetime.fromisoformat(stamp).replace(
-        tzinfo=datetime.timezone.utc).timestamp()
+        tzinfo=datetime.UTC).timestamp()
 
 
 def time_starts(topo: PgTopology, cpus: float, starts: int, twistd: str) -> dict:
