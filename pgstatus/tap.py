@@ -32,9 +32,7 @@ from pgstatus.config.settings import Config, ConfigError
 from pgstatus.http.api import StatusAPI
 from pgstatus.http.fastpath import FastSite
 from pgstatus.http.freshness import FreshReads
-from pgstatus.http.hub import Hub
 from pgstatus.http.listener import ListenerService
-from pgstatus.http.metrics import MetricsRenderer
 from pgstatus.logging.observers import LevelFilter
 from pgstatus.logging.twistd import factory_observer, install_observer
 from pgstatus.monitor.scheduler import MIN_EXTRA_INTERVAL, MonitorService
@@ -154,8 +152,9 @@ class PgStatusService(MultiService):
         self.monitor.setServiceParent(self)
         #: follower mode: the hubs' follower (``pg_status__follow``), else ``None``
         self.follower: Any = None
-        #: the streams of our followers (``GET /follow``), ``None`` on a follower
-        self.hub: Hub | None = None
+        #: the streams of our followers (``GET /follow``): made at the first
+        #: follower's request; always ``None`` on a follower
+        self.hub: Any = None
         if config.follow:
             from pgstatus.monitor.follower import FollowerService
 
@@ -163,16 +162,14 @@ class PgStatusService(MultiService):
             self.follower.setServiceParent(self)
             check_soon = self.follower.check_soon
         else:
-            self.hub = Hub(reactor, lambda: self.monitor.registry.view,
-                           lambda: self.monitor.config.hosts)
-
             def check_soon(i: int) -> None:
                 self.monitor.check_soon(i, MIN_EXTRA_INTERVAL)
         self.fresh = FreshReads(reactor, check_soon)
         self.monitor.registry.observe(self.fresh.published)
         self.api = StatusAPI(lambda: self.monitor.registry.view, config, __version__,
                              self.fresh)
-        self.api.hub = self.hub
+        if not config.follow:
+            self.api.hub_factory = self._make_hub
         self.api.check_soon = check_soon
         self.site = FastSite(
             self.api.resource, self.api.renderer, reactor,
@@ -180,11 +177,10 @@ class PgStatusService(MultiService):
             idle_timeout=config.http_idle_timeout_ms / 1000,
             header_timeout=config.http_header_timeout_ms / 1000,
         )
-        self.api.metrics_source = MetricsRenderer(self)
+        self.api.metrics_source = self._render_metrics
+        self._metrics: Any = None
         # response bytes are memoised per view: drop them with it
         self.monitor.registry.observe(lambda old, new: self.site.wire.reset())
-        if self.hub is not None:
-            self.monitor.registry.observe(self.hub.published)
         self.http = HttpService(reactor, config.http_listen_address, config.http_port, self.site)
         self.http.setServiceParent(self)
         #: the HAProxy agent-check listener, only with pg_status__agent_port
@@ -195,6 +191,28 @@ class PgStatusService(MultiService):
             self.agent = AgentService(reactor, config.http_listen_address, config.agent_port,
                                       lambda: self.monitor.registry.view)
             self.agent.setServiceParent(self)
+
+    def _make_hub(self) -> Any:
+        """
+        The followers' streams, at the first ``/follow`` request (follower
+        mode is opt-in: an instance nobody follows never loads it).
+        """
+        from pgstatus.http.hub import Hub
+
+        self.hub = Hub(self._reactor, lambda: self.monitor.registry.view,
+                       lambda: self.monitor.config.hosts)
+        self.monitor.registry.observe(self.hub.published)
+        return self.hub
+
+    def _render_metrics(self) -> Any:
+        """
+        ``/metrics``, its renderer loaded at the first request.
+        """
+        if self._metrics is None:
+            from pgstatus.http.metrics import MetricsRenderer
+
+            self._metrics = MetricsRenderer(self)
+        return self._metrics()
 
     def setServiceParent(self, parent: Any) -> None:
         """

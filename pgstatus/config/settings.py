@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+from pgstatus.record import record
 
 #: Prefix of every pg-status environment variable.
 PREFIX = "pg_status__"
@@ -53,7 +54,7 @@ class ConfigError(Exception):
         return f"{self.variable}: {self.reason}"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HostConfig:
     """
     One entry of ``pg_status__hosts``.
@@ -72,7 +73,7 @@ class HostConfig:
     geo: str | None
 
 
-@dataclass(frozen=True)
+@record(hidden=("pg_password",))
 class Config:
     """
     Validated, immutable pg-status configuration.
@@ -91,7 +92,7 @@ class Config:
 
     hosts: tuple[HostConfig, ...]
     pg_user: str = "postgres"
-    pg_password: str = field(default="postgres", repr=False)
+    pg_password: str = "postgres"
     pg_database: str = "postgres"
     current_dc: str | None = None
     current_geo: str | None = None

@@ -49,12 +49,24 @@ class StatusAPI:
         self.renderer = Renderer(current, config, version, fresh)
         #: renders ``/metrics`` (set by the service wiring)
         self.metrics_source: Callable[[], Response] | None = None
-        #: the followers' streams (:class:`pgstatus.http.hub.Hub`), ``None`` on a
-        #: follower (set by the service wiring)
-        self.hub: Any = None
+        #: makes the followers' streams (:class:`pgstatus.http.hub.Hub`) at the
+        #: first ``/follow`` request; ``None`` on a follower (set by the service
+        #: wiring)
+        self.hub_factory: Callable[[], Any] | None = None
+        self._hub: Any = None
         #: ``(host_index) -> None``: an extra check asked for by a follower
         self.check_soon: Callable[[int], None] | None = None
         self._current = current
+
+    @property
+    def hub(self) -> Any:
+        """
+        The followers' streams, made when first asked for (``None`` on a
+        follower).
+        """
+        if self._hub is None and self.hub_factory is not None:
+            self._hub = self.hub_factory()
+        return self._hub
 
     def _counter(self, route: str) -> Callable[[int], None]:
         count = self.renderer.count

@@ -133,13 +133,12 @@ def _follow_lines(svc: Any, family: Callable[[str, str, str], str]) -> Iterable[
     for m in ("hub", "starting", "following", "polling"):
         yield f'{name}{{mode="{m}"}} {_num(m == mode)}\n'
     if follower is None:
-        hub = getattr(svc, "hub", None)
-        if hub is not None:
-            yield family("pgstatus_follow_followers", "gauge", "Followers streaming now.")
-            yield f"pgstatus_follow_followers {hub.followers}\n"
-            yield family("pgstatus_follow_snapshots_sent_total", "counter",
-                         "Snapshots encoded for followers (one per change, for all).")
-            yield f"pgstatus_follow_snapshots_sent_total {hub.snapshots}\n"
+        hub = getattr(svc, "hub", None)  # made at the first follower's request
+        yield family("pgstatus_follow_followers", "gauge", "Followers streaming now.")
+        yield f"pgstatus_follow_followers {hub.followers if hub is not None else 0}\n"
+        yield family("pgstatus_follow_snapshots_sent_total", "counter",
+                     "Snapshots encoded for followers (one per change, for all).")
+        yield f"pgstatus_follow_snapshots_sent_total {hub.snapshots if hub is not None else 0}\n"
         return
     name = "pgstatus_follow_hub"
     yield family(name, "gauge", "1 for the hub whose stream is open or being opened.")

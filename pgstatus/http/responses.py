@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -41,6 +40,7 @@ from pgstatus.model.selection import (
     with_floor,
 )
 from pgstatus.model.status import HostStatus, View
+from pgstatus.record import record
 
 log = Logger(namespace="pgstatus.http")
 selection_log = Logger(namespace="pgstatus.selection")
@@ -49,7 +49,7 @@ TEXT = b"text/plain; charset=utf-8"
 JSON = b"application/json"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Response:
     """
     An HTTP answer: status code, ``Content-Type`` (``None`` for an empty

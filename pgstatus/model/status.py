@@ -7,10 +7,12 @@ The monitor side publishes views; the HTTP side only reads them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Any
+
+from pgstatus.record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HostStatus:
     """
     One host as of its last completed check; every field comes from the
@@ -52,7 +54,6 @@ class HostStatus:
         return self.alive and not self.possible_dead
 
 
-@dataclass(eq=False)
 class View:
     """
     An immutable picture of all hosts, published after every check.
@@ -66,8 +67,16 @@ class View:
         thread and dropped with the view.
     """
 
-    hosts: tuple[HostStatus, ...]
-    master: HostStatus | None
-    ready: bool
-    generation: int
-    cache: dict = field(default_factory=dict)
+    __slots__ = ("hosts", "master", "ready", "generation", "cache")
+
+    def __init__(self, hosts: tuple[HostStatus, ...], master: HostStatus | None, ready: bool,
+                 generation: int, cache: dict[Any, Any] | None = None) -> None:
+        self.hosts = hosts
+        self.master = master
+        self.ready = ready
+        self.generation = generation
+        self.cache: dict[Any, Any] = {} if cache is None else cache
+
+    def __repr__(self) -> str:
+        return (f"View(hosts={self.hosts!r}, master={self.master!r}, ready={self.ready!r}, "
+                f"generation={self.generation!r})")

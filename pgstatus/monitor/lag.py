@@ -9,10 +9,10 @@ related through the midpoint of the round trip that measured them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pgstatus.record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Observation:
     """
     What one successful status query returned, with the local times around
@@ -75,7 +75,7 @@ class Observation:
         return max(0.0, (self.received - self.sent) / 2)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MasterPosition:
     """
     A master's position from one successful check, as replicas need it.

@@ -9,7 +9,6 @@ on the reactor thread.  The :class:`Registry` turns them into an immutable
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 
 from twisted.logger import Logger, LogLevel
@@ -18,6 +17,7 @@ from pgstatus.config.settings import Config, HostConfig
 from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
 from pgstatus.monitor.lag import MasterPosition
+from pgstatus.record import replace
 
 log = Logger(namespace="pgstatus.monitor")
 
@@ -249,10 +249,10 @@ class Registry:
             st.host = host
             st.max_fails = config.max_fails
             if st.position is not None:
-                st.position = dataclasses.replace(st.position, host_index=i)
+                st.position = replace(st.position, host_index=i)
         last = self.last_master_position
         if last is not None:
-            self.last_master_position = dataclasses.replace(
+            self.last_master_position = replace(
                 last, host_index=moved.get(last.host_index, -1))
         self.config = config
         self.states = list(states)
@@ -265,7 +265,7 @@ class Registry:
         for i, st in enumerate(self.states):
             j = previous.get(id(st))
             before.append(self._statuses[i] if j is None
-                          else dataclasses.replace(old.hosts[j], index=i))
+                          else replace(old.hosts[j], index=i))
         old_master = None
         if old.master is not None and old.master.index in moved:
             old_master = before[moved[old.master.index]]

@@ -242,7 +242,7 @@ def test_memoised_heads_follow_the_view(reactor):
     when the monitor publishes another view: 503 before readiness, the
     master after, 404 once no master is left.
     """
-    import dataclasses
+    from pgstatus.record import replace
 
     current = {"view": view(ready=False)}
     api = StatusAPI(lambda: current["view"], CONFIG, "9.9.9")
@@ -256,7 +256,7 @@ def test_memoised_heads_follow_the_view(reactor):
         current["view"] = view(ready=True)
         a = yield threads.deferToThread(raw_request, n, req)
         assert a.startswith(b"HTTP/1.1 200 ") and a.endswith(b"\r\n\r\npg-1")
-        dead = tuple(dataclasses.replace(h, alive=False, master=False)
+        dead = tuple(replace(h, alive=False, master=False)
                      for h in current["view"].hosts)
         current["view"] = View(dead, None, True, 3)
         a = yield threads.deferToThread(raw_request, n, req)

@@ -660,9 +660,9 @@ def test_min_lsn_inside_a_page_header_is_met_at_the_page_start():
     no further; without ``reach`` its ``lsn`` decides.
     """
     boundary = 0x4000000
-    import dataclasses
+    from pgstatus.record import replace
 
-    at = dataclasses.replace(replica(1, lsn=boundary), reach=boundary + 40)
+    at = replace(replica(1, lsn=boundary), reach=boundary + 40)
     m = master(0)
     for pos in (boundary, boundary + 1, boundary + 40):
         assert replayed(at, pos)
