@@ -52,6 +52,11 @@ setup(
             "ruff>=0.5",
         ],
     },
+    entry_points={
+        # `twistd --nodaemon --pidfile= [options] pgstatus` with a lighter
+        # start (pgstatus/launch.py)
+        "console_scripts": ["pg-status = pgstatus.launch:main"],
+    },
     classifiers=[
         "Framework :: Twisted",
         "Programming Language :: Python :: 3",

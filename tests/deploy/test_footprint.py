@@ -115,12 +115,16 @@ def get(port: int, path: str, method: str = "GET") -> bytes:
     return data
 
 
-def run_daemon(site: str, paths: list[str], tmp_path) -> tuple[set[str], list[bytes]]:
+def run_daemon(site: str, paths: list[str], tmp_path,
+               launcher: bool = False) -> tuple[set[str], list[bytes]]:
     """
-    Start ``twistd -n pgstatus`` on the daemon's distributions only, wait
-    until ready, ask ``paths`` over real sockets, stop it with SIGTERM.
+    Start ``twistd -n pgstatus`` (or, with ``launcher``, the ``pg-status``
+    command's ``main``) on the daemon's distributions only, wait until
+    ready, ask ``paths`` over real sockets, stop it with SIGTERM (exit
+    status 0).
 
-    :return: every module the process imported, and the answers.
+    :return: every module the process imported (placeholders of modules the
+        launcher defers do not count until loaded), and the answers.
     """
     port = free_port()
     env = {k: v for k, v in os.environ.items()
@@ -137,14 +141,18 @@ def run_daemon(site: str, paths: list[str], tmp_path) -> tuple[set[str], list[by
     code = ("import signal, sys\n"
             "def dump(*_):\n"
             f"    with open({str(out)!r} + '.tmp', 'w') as f:\n"
-            "        f.write('\\n'.join(sys.modules))\n"
+            "        f.write('\\n'.join(n for n, m in list(sys.modules.items())\n"
+            "                            if type(m).__name__ != 'DeferredModule'))\n"
             f"    import os; os.rename({str(out)!r} + '.tmp', {str(out)!r})\n"
-            "signal.signal(signal.SIGUSR2, dump)\n"
-            "from twisted.scripts.twistd import run\n"
-            "sys.argv[0] = 'twistd'\n"
-            "run()\n")
+            "signal.signal(signal.SIGUSR2, dump)\n")
+    if launcher:
+        code += "from pgstatus.launch import main\nmain([])\n"
+        args: list[str] = []
+    else:
+        code += "from twisted.scripts.twistd import run\nsys.argv[0] = 'twistd'\nrun()\n"
+        args = ["-n", "--pidfile=", "pgstatus"]
     proc = subprocess.Popen(
-        [sys.executable, "-S", "-c", code, "-n", "--pidfile=", "pgstatus"],
+        [sys.executable, "-S", "-c", code, *args],
         env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     answers = []
     try:
@@ -172,6 +180,7 @@ def run_daemon(site: str, paths: list[str], tmp_path) -> tuple[set[str], list[by
             proc.kill()
             _, err = proc.communicate()
     assert out.exists(), err.decode(errors="replace")[-3000:]
+    assert proc.returncode == 0, err.decode(errors="replace")[-3000:]
     return set(out.read_text().split()), answers
 
 
@@ -202,3 +211,21 @@ def test_first_request_for_klein_loads_it_and_no_tls(daemon_site, tmp_path):
     assert answers[0].startswith(b"HTTP/1.1 200")
     assert {"klein", "twisted.web.server", "pgstatus.http.webapp"} <= modules
     assert sorted(modules & TLS_STACK) == []
+
+
+#: what ``pg-status`` (pgstatus/launch.py) keeps from being imported at all:
+#: http.cookiejar and what it brings, and pdb
+DEFERRED_AWAY = {"http.cookiejar", "urllib.request", "http.client", "email.parser", "pdb", "bdb"}
+
+
+def test_launcher_serves_without_the_deferred_modules(daemon_site, tmp_path):
+    """
+    ``pg-status`` runs the same service (same answers as twistd's, exit
+    status 0 on SIGTERM) and never loads the standard-library modules it
+    defers, nor what the daemon must not import.
+    """
+    modules, answers = run_daemon(daemon_site, FAST_PATHS, tmp_path, launcher=True)
+    assert "pgstatus.http.fastpath" in modules and "pgstatus.launch" in modules
+    assert answers[0].startswith(b"HTTP/1.1 404")  # the only host is dead
+    assert answers[1].startswith(b"HTTP/1.1 200")
+    assert sorted(modules & (NOT_AT_START | DEFERRED_AWAY)) == []
