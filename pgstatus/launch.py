@@ -29,7 +29,7 @@ from collections.abc import Sequence
 #: running service
 DEFERRED = ("http.cookiejar", "pdb")
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 
 
 class DeferredModule(types.ModuleType):

@@ -10,7 +10,6 @@ module, so they cannot disagree.  Work that depends only on the view
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -147,10 +146,12 @@ def rendezvous(group: tuple[HostStatus, ...], key: str) -> HostStatus:
     stays eligible, and when the group changes only the sessions of the
     replicas that left or joined move.
     """
+    from hashlib import blake2b  # only sticky requests use it (and OpenSSL's bindings)
+
     best, best_score = group[0], b""
     k = key.encode("utf-8", "surrogatepass")
     for h in group:
-        score = hashlib.blake2b(k + b"\0" + h.name.encode("utf-8", "surrogatepass"),
+        score = blake2b(k + b"\0" + h.name.encode("utf-8", "surrogatepass"),
                                 digest_size=8).digest()
         if score > best_score:
             best, best_score = h, score

@@ -11,7 +11,7 @@ Written as ``twisted.web`` writes them, without importing
 
 from __future__ import annotations
 
-from email.utils import formatdate
+import time
 from http import HTTPStatus
 from typing import Any
 
@@ -127,9 +127,26 @@ class DateLine:
         if now >= self._next:
             second = int(now)
             self._next = second + 1
-            self._line = b"Date: " + formatdate(second, usegmt=True).encode() + b"\r\n"
+            self._line = b"Date: " + http_date(second) + b"\r\n"
         return self._line
 
+
+
+_DAYS = (b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat", b"Sun")
+_MONTHS = (b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun",
+           b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec")
+
+
+def http_date(second: int) -> bytes:
+    """
+    An HTTP ``Date`` value (RFC 9110 IMF-fixdate), e.g. ``Sun, 06 Nov 1994
+    08:49:37 GMT``, as ``email.utils.formatdate(second, usegmt=True)`` gives
+    it, without importing the ``email`` package.
+    """
+    t = time.gmtime(second)
+    return b"%s, %02d %s %04d %02d:%02d:%02d GMT" % (
+        _DAYS[t.tm_wday], t.tm_mday, _MONTHS[t.tm_mon - 1], t.tm_year,
+        t.tm_hour, t.tm_min, t.tm_sec)
 
 def _args(query: bytes) -> dict[str, str]:
     if b"%" not in query and b"+" not in query:

@@ -940,3 +940,16 @@ def test_parse_lsn_with_zero_padding(hi, lo):
     Zero-padded halves (as pg_walfile-style tools print) parse too.
     """
     assert parse_lsn(f"{hi:08X}/{lo:08x}") == (hi << 32) | lo
+
+
+def test_http_date_matches_email_utils() -> None:
+    """The Date header's value, as email.utils formats it, for many instants."""
+    import random
+    from email.utils import formatdate
+
+    from pgstatus.http.wire import http_date
+
+    rng = random.Random(7)
+    for second in [0, 784111777, 951782400, 4102444799,
+                   *(rng.randrange(0, 2**32) for _ in range(2000))]:
+        assert http_date(second) == formatdate(second, usegmt=True).encode(), second
