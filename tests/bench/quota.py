@@ -169,6 +169,16 @@ class ContainerGroup(Cgroup):
         pass
 
 
+def start_command(twistd: str) -> str:
+    """
+    The shell command that starts the service: ``twistd -n --pidfile=
+    pgstatus``, or the ``pg-status`` command when that is what was given.
+    """
+    if os.path.basename(twistd) == "pg-status":
+        return f"exec {twistd}"
+    return f"exec {twistd} -n --pidfile= pgstatus"
+
+
 def daemon_env(env: dict[str, str]) -> dict[str, str]:
     """
     The environment of the daemon: ours without PYTHONPATH, so that it runs
@@ -202,7 +212,7 @@ def time_starts(topo: PgTopology, cpus: float, starts: int, twistd: str) -> dict
         enter = " ".join(f"echo $$ > {f};" for f in group.procs_files())
         log = tempfile.TemporaryFile("w+")
         t0 = time.time()
-        proc = subprocess.Popen(["sh", "-c", f"{enter} exec {twistd} -n --pidfile= pgstatus"],
+        proc = subprocess.Popen(["sh", "-c", f"{enter} {start_command(twistd)}"],
                                 env=daemon_env(env), cwd="/",
                                 stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -269,7 +279,7 @@ def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float,
     if image is None:
         group = Cgroup(f"pgstatus-bench-{os.getpid()}", cpus)
         enter = " ".join(f"echo $$ > {f};" for f in group.procs_files())
-        proc = subprocess.Popen(["sh", "-c", f"{enter} exec {twistd} -n --pidfile= pgstatus"],
+        proc = subprocess.Popen(["sh", "-c", f"{enter} {start_command(twistd)}"],
                                 env=daemon_env(env), cwd="/",
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -289,7 +299,8 @@ def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float,
 
         def stop() -> None:
             engine.run(["stop", cid], check=False)
-    what = "pip install ." if image is None else \
+    what = ("pip install ., pg-status" if os.path.basename(twistd) == "pg-status"
+            else "pip install .") if image is None else \
         "image, opt-in health check every 5 s" if healthcheck else "image"
     result: dict = {"cpus": cpus, "rates": [], "what": what}
     try:
@@ -339,10 +350,14 @@ def main() -> int:
                     help="the twistd to run (make bench-quota: the daemon's own venv)")
     ap.add_argument("--starts", type=int, default=0,
                     help="only time N starts (to /ready, as `pip install .` runs it) per quota")
+    ap.add_argument("--launcher", action="store_true",
+                    help="run the pg-status command (next to --twistd) instead of twistd")
     ap.add_argument("--image", action="store_true",
                     help="also measure the Docker image (docker run --cpus)")
     args = ap.parse_args()
     args.twistd = os.path.abspath(args.twistd)
+    if args.launcher:
+        args.twistd = os.path.join(os.path.dirname(args.twistd), "pg-status")
     if not os.path.isdir(CPU) or not os.access(CPU, os.W_OK):
         print(f"bench-quota needs a writable cgroup v1 cpu controller at {CPU}", file=sys.stderr)
         return 2
