@@ -5,7 +5,8 @@ way a container or a supervisor runs the service, with a lighter start.
 twistd and Twisted import standard-library modules at start that the
 service never uses: ``http.cookiejar`` (for a deprecated alias in
 ``twisted.python.compat``; it brings ``urllib.request``, ``http.client`` and
-the ``email`` package with it) and ``pdb`` (for twistd's ``--debug``).  Before
+the ``email`` package with it), ``pdb`` (for twistd's ``--debug``) and a few
+more (:data:`DEFERRED`).  Before
 twistd is imported, the launcher puts a placeholder module in their place,
 which imports the real module the first time anybody reads one of its
 attributes, so whatever does use them still works.  Measured here: about
@@ -26,8 +27,10 @@ import types
 from collections.abc import Sequence
 
 #: standard-library modules imported at start but used by no code path of a
-#: running service
-DEFERRED = ("http.cookiejar", "pdb")
+#: running service: for a deprecated alias (http.cookiejar), for twistd's
+#: --debug (pdb), by the unittest package that Twisted's plugin cache brings
+#: in (argparse, difflib, pprint), for reconnecting client factories (random)
+DEFERRED = ("http.cookiejar", "pdb", "argparse", "difflib", "pprint", "random")
 
 _lock = threading.RLock()
 

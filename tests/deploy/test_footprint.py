@@ -215,7 +215,8 @@ def test_first_request_for_klein_loads_it_and_no_tls(daemon_site, tmp_path):
 
 #: what ``pg-status`` (pgstatus/launch.py) keeps from being imported at all:
 #: http.cookiejar and what it brings, and pdb
-DEFERRED_AWAY = {"http.cookiejar", "urllib.request", "http.client", "email.parser", "pdb", "bdb"}
+DEFERRED_AWAY = {"http.cookiejar", "urllib.request", "http.client", "email.parser", "pdb", "bdb",
+                 "argparse", "difflib", "pprint", "random"}
 
 
 def test_launcher_serves_without_the_deferred_modules(daemon_site, tmp_path):
