@@ -8,8 +8,9 @@ service never uses: ``http.cookiejar`` (for a deprecated alias in
 the ``email`` package with it), ``pdb`` (for twistd's ``--debug``) and a few
 more (:data:`DEFERRED`).  Before
 twistd is imported, the launcher puts a placeholder module in their place,
-which imports the real module the first time anybody reads one of its
-attributes, so whatever does use them still works.  Measured here: about
+which runs the module's code in itself the first time anybody reads one of
+its attributes (as ``importlib.util.LazyLoader`` does; that one also loads
+on the import system's own reads), so whatever does use them still works.  Measured here: about
 11 ms less CPU before the service listens (a tenth of a second under a 0.1
 vCPU quota) and 1.5 MiB less memory.
 
@@ -32,37 +33,42 @@ from collections.abc import Sequence
 #: in (argparse, difflib, pprint), for reconnecting client factories (random)
 DEFERRED = ("http.cookiejar", "pdb", "argparse", "difflib", "pprint", "random")
 
-_lock = threading.RLock()
+#: one lock per deferred module, held while it loads
+_locks: dict[str, threading.RLock] = {}
 
 
 class DeferredModule(types.ModuleType):
     """
-    Stands in ``sys.modules`` for a module not imported yet; the first
-    attribute read that the placeholder lacks imports the real module, which
-    then takes its place in ``sys.modules`` and lends the placeholder its
-    namespace.
+    Stands in ``sys.modules`` for a module not loaded yet.  The first read of
+    an attribute it lacks loads the module into this very object (as
+    :class:`importlib.util.LazyLoader` does), so every reference, old or
+    new, is the one real module from then on.
     """
 
     def __getattr__(self, attr: str) -> object:
-        return getattr(load(self), attr)
+        load(self)
+        return getattr(self, attr)
 
 
-def load(placeholder: DeferredModule) -> types.ModuleType:
+def load(module: types.ModuleType) -> types.ModuleType:
     """
-    Import the real module behind ``placeholder`` (once).
+    Run the code of deferred ``module`` in it, once; a plain module is
+    returned as it is.
     """
-    name = placeholder.__name__
-    with _lock:
-        real = sys.modules.get(name)
-        if real is None or real is placeholder:
-            del sys.modules[name]
+    lock = _locks.get(module.__name__)
+    if lock is None:
+        return module
+    with lock:
+        if type(module) is DeferredModule:
+            # a plain module from here on: while its code runs, a missing
+            # attribute is an AttributeError, as in any module being imported
+            module.__class__ = types.ModuleType
             try:
-                real = importlib.import_module(name)
+                module.__spec__.loader.exec_module(module)  # type: ignore[union-attr]
             except BaseException:
-                sys.modules[name] = placeholder
+                module.__class__ = DeferredModule
                 raise
-        vars(placeholder).update(vars(real))
-        return real
+    return module
 
 
 def defer(name: str) -> None:
@@ -73,13 +79,16 @@ def defer(name: str) -> None:
     if name in sys.modules:
         return
     spec = importlib.util.find_spec(name)
-    if spec is None:
+    if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
         return
     placeholder = DeferredModule(name)
     placeholder.__spec__ = spec
     placeholder.__loader__ = spec.loader
     placeholder.__package__ = spec.parent
-    placeholder.__file__ = spec.origin
+    if spec.has_location:
+        placeholder.__file__ = spec.origin
+        placeholder.__cached__ = spec.cached  # type: ignore[attr-defined]
+    _locks[name] = threading.RLock()
     sys.modules[name] = placeholder
     parent, _, child = name.rpartition(".")
     if parent:

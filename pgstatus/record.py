@@ -104,18 +104,30 @@ def record(cls: type[T] | None = None, *, hidden: tuple[str, ...] = ()) -> Any:
 
     def build(cls: type[T]) -> type[T]:
         body = dict(cls.__dict__)
-        names = tuple(body.get("__annotations__", {}))
-        defaults = {}
-        for name in names:
+        own = tuple(body.get("__annotations__", {}))
+        # a record's fields come after those of the records it extends (as
+        # with dataclasses); a field named again keeps its place
+        fields: list[str] = []
+        defaults: dict[str, Any] = {}
+        hide = set(hidden)
+        for base in reversed(cls.__mro__[1:]):
+            if issubclass(base, Record):
+                fields += [f for f in base._fields if f not in fields]
+                defaults.update(base._defaults)
+                hide |= base._hidden
+        inherited = set(fields)
+        fields += [f for f in own if f not in inherited]
+        for name in own:
             if name in body:
                 defaults[name] = body.pop(name)
         for name in ("__dict__", "__weakref__"):
             body.pop(name, None)
         bases = tuple(b for b in cls.__bases__ if b is not object) or (Record,)
-        if Record not in bases and not any(issubclass(b, Record) for b in bases):
+        if not any(issubclass(b, Record) for b in bases):
             bases = (*bases, Record)
-        body.update(__slots__=names, _fields=names, _defaults=defaults,
-                    _hidden=frozenset(hidden))
+        body.update(__slots__=tuple(f for f in own if f not in inherited),
+                    __qualname__=cls.__qualname__, _fields=tuple(fields),
+                    _defaults=defaults, _hidden=frozenset(hide))
         if body.get("__hash__", _MISSING) is None:  # a class body's __eq__ set it
             del body["__hash__"]
         return type(cls.__name__, bases, body)  # type: ignore[return-value]

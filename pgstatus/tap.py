@@ -35,6 +35,7 @@ from pgstatus.http.freshness import FreshReads
 from pgstatus.http.listener import ListenerService
 from pgstatus.logging.observers import LevelFilter
 from pgstatus.logging.twistd import factory_observer, install_observer
+from pgstatus.memory import HeapTrimmer
 from pgstatus.monitor.scheduler import MIN_EXTRA_INTERVAL, MonitorService
 
 # Imported where used, so a daemon that does not use them does not load
@@ -183,6 +184,9 @@ class PgStatusService(MultiService):
         self.monitor.registry.observe(lambda old, new: self.site.wire.reset())
         self.http = HttpService(reactor, config.http_listen_address, config.http_port, self.site)
         self.http.setServiceParent(self)
+        #: gives memory freed into glibc's heap back to the system once a minute
+        self.trimmer = HeapTrimmer(reactor)
+        self.trimmer.setServiceParent(self)
         #: the HAProxy agent-check listener, only with pg_status__agent_port
         self.agent: Any = None
         if config.agent_port:

@@ -46,25 +46,56 @@ def test_deferred_module_is_not_loaded_by_importing_it() -> None:
 
 def test_deferred_module_loads_at_first_use() -> None:
     """
-    The first attribute read imports the real module, which replaces the
-    placeholder in ``sys.modules``; the placeholder then answers as the real
-    module does, for every way of importing it.
+    The first attribute read runs the module's code in the placeholder
+    itself: every reference, taken before or after, is the one real module,
+    whatever way it was imported, and its globals are the module's own.
     """
     out = run_python(
         "import sys\n"
         "from pgstatus.launch import defer\n"
-        "defer('http.cookiejar'); defer('pdb')\n"
+        "defer('http.cookiejar'); defer('pdb'); defer('random')\n"
         "from http import cookiejar as early\n"
         "jar = early.CookieJar()\n"
         "import http.cookiejar as late\n"
         "from http.cookiejar import CookieJar\n"
         "real = sys.modules['http.cookiejar']\n"
-        "print(type(real).__name__, late is real, CookieJar is real.CookieJar,\n"
-        "      type(jar) is CookieJar, early.CookieJar is CookieJar,\n"
+        "print(type(real).__name__, early is real, late is real,\n"
+        "      CookieJar is real.CookieJar, type(jar) is CookieJar,\n"
         "      'urllib.request' in sys.modules)\n"
+        "real.debug = True\n"
+        "print(real._debug.__globals__ is vars(early), early.debug)\n"
         "import pdb\n"
-        "print(callable(pdb.post_mortem), pdb.Pdb.__module__)\n")
-    assert out.splitlines() == ["module True True True True True", "True pdb"]
+        "print(callable(pdb.post_mortem), pdb.Pdb.__module__, type(pdb).__name__)\n"
+        "import random\n"
+        "random.seed(3); a = random.random(); random.seed(3)\n"
+        "print(a == random.random())\n")
+    assert out.splitlines() == ["module True True True True True", "True True",
+                                "True pdb module", "True"]
+
+
+def test_a_failed_load_can_be_retried() -> None:
+    """
+    A module whose code fails stays deferred and loads at the next read.
+    """
+    out = run_python(
+        "import sys, types\n"
+        "from pgstatus.launch import defer, DeferredModule\n"
+        "defer('pprint')\n"
+        "import pprint\n"
+        "loader = pprint.__spec__.loader\n"
+        "real_exec = type(loader).exec_module\n"
+        "calls = []\n"
+        "def failing(self, module):\n"
+        "    calls.append(module.__name__)\n"
+        "    if calls == ['pprint']: raise RuntimeError('first')\n"
+        "    return real_exec(self, module)\n"
+        "type(loader).exec_module = failing\n"
+        "try:\n"
+        "    pprint.pformat\n"
+        "except RuntimeError:\n"
+        "    print(type(sys.modules['pprint']).__name__)\n"
+        "print(pprint.pformat([1]), type(pprint).__name__, calls.count('pprint'))\n")
+    assert out.splitlines() == ["DeferredModule", "[1] module 2"]
 
 
 def test_a_module_already_imported_is_left_alone() -> None:

@@ -99,3 +99,30 @@ def test_replace_copy_and_pickle() -> None:
         replace(p, z=1)
     assert copy.copy(p) is p and copy.deepcopy(p) is p
     assert pickle.loads(pickle.dumps(p)) == p
+
+
+@record
+class Point3(Point):
+    z: int = 0
+
+
+class Outer:
+    @record
+    class Inner:
+        a: int
+
+
+def test_a_record_extending_a_record_has_all_fields_in_order() -> None:
+    p = Point3(1, 2, "a", 3)
+    assert (p.x, p.y, p.label, p.z) == (1, 2, "a", 3)
+    assert Point3(x=1, z=4) == Point3(1, 0, None, 4)
+    assert Point3(1) != Point(1)
+    assert repr(Point3(1)) == "Point3(x=1, y=0, label=None, z=0)"
+    assert p.norm1 == 3
+    assert not hasattr(p, "__dict__")
+
+
+def test_nested_record_keeps_its_qualified_name() -> None:
+    assert Outer.Inner.__qualname__ == "Outer.Inner"
+    assert repr(Outer.Inner(1)) == "Outer.Inner(a=1)"
+    assert pickle.loads(pickle.dumps(Outer.Inner(1))) == Outer.Inner(1)

@@ -217,6 +217,8 @@ def time_starts(topo: PgTopology, cpus: float, starts: int, twistd: str) -> dict
                                 stdout=log, stderr=subprocess.STDOUT)
         try:
             while get(port, "/ready")[0] != 200:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{twistd} exited with status {proc.returncode}")
                 if time.time() - t0 > 120:
                     raise RuntimeError("not ready within 120 s")
                 time.sleep(0.25)
@@ -251,7 +253,10 @@ def exec_charges(topo: PgTopology, engine, image: str, runs: int = 15) -> dict:
     group = ContainerGroup(cid)
     out = {}
     try:
+        deadline = time.monotonic() + 120
         while get(port, "/live")[0] != 200:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the container did not answer /live within 120 s")
             time.sleep(0.1)
         for label, cmd in (("true", ["true"]),
                            ("healthcheck.sh", ["/bin/bash",

@@ -124,7 +124,7 @@ def test_image_against_local_topology(docker_images: Images, pg_topology: PgTopo
 
     poll(lambda: health(c) == "healthy", 30, "the opted-in health check to report healthy",
          interval=0.2)
-    # the image's own check, inside the container, timed by bash
+    # the opt-in check, inside the container, timed by bash
     timed = c.exec(["/bin/bash", "-c", "TIMEFORMAT='%3U %3S'; "
                     "time /bin/bash /usr/local/lib/pg-status/healthcheck.sh"])
     assert timed.exit_code == 0, timed.output
