@@ -53,8 +53,9 @@ bench: $(STAMP) $(DAEMON_STAMP)
 
 ## Soak (not part of `make test`): 10 minutes of checked mixed HTTP load while a
 ## replica flaps and the master fails over; RSS, fds and PostgreSQL sessions.
+## SOAK_ARGS adds arguments, e.g. SOAK_ARGS=--launcher (the pg-status command).
 soak: $(STAMP) $(DAEMON_STAMP)
-	PYTHONPATH=$(CURDIR) $(PY) tests/bench/soak.py --twistd $(DAEMON_VENV)/bin/twistd
+	PYTHONPATH=$(CURDIR) $(PY) tests/bench/soak.py --twistd $(DAEMON_VENV)/bin/twistd $(SOAK_ARGS)
 
 ## RSS with 1, 10 and 100 configured hosts, and the slope per host.
 bench-hosts: $(STAMP) $(DAEMON_STAMP)

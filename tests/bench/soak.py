@@ -908,6 +908,8 @@ class Soak:
     def start_service(self) -> None:
         self.port = free_port()
         cmd = [self.args.twistd, "-n", "--pidfile=", "pgstatus"]
+        if self.args.launcher:  # the pg-status command next to twistd
+            cmd = [os.path.join(os.path.dirname(self.args.twistd), "pg-status")]
         if self.args.cpu >= 0:
             cmd = ["taskset", "-c", str(self.args.cpu), *cmd]
         os.makedirs(self.args.out, exist_ok=True)
@@ -1375,6 +1377,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="twistd of the environment the service runs in (default: the "
                         "test venv's; `make soak` uses the daemon's own install, "
                         ".venv-daemon, without the test and client extras)")
+    parser.add_argument("--launcher", action="store_true",
+                        help="run the pg-status command (next to --twistd) instead of "
+                        "twistd -n --pidfile= pgstatus")
     parser.add_argument("--out", default=RESULTS, help="results directory")
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.rate <= 0 or args.connections < 1:
