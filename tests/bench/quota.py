@@ -335,7 +335,7 @@ def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float,
             started = engine.run(["inspect", "-f", "{{.State.StartedAt}}", cid]).stdout.strip()
             stamp = started.rstrip("Z")[:26]
             begun = datetime.datetime.fromisoformat(stamp).replace(
-                tzinfo=datetime.timezone.utc).timestamp()
+                tzinfo=datetime.UTC).timestamp()
             result["process_ready_s"] = round(ready - begun, 2)
         time.sleep(2)
         periods0, thr0 = group.throttled()
