@@ -357,6 +357,12 @@ def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float,
                 "throttled": f"{thr1 - thr0}/{periods1 - periods0}",
                 "cpu_us_per_request": round((u1 - u0) / 1000 / len(lat), 1),
             })
+        # the service's resident memory after the load
+        pid = proc.pid if image is None else int(
+            engine.run(["inspect", "-f", "{{.State.Pid}}", cid]).stdout.strip())
+        with open(f"/proc/{pid}/status") as f:
+            rss_kib = next(int(x.split()[1]) for x in f if x.startswith("VmRSS:"))
+        result["rss_mib_after"] = round(rss_kib / 1024, 1)
     finally:
         stop()
     return result
@@ -429,6 +435,8 @@ def main() -> int:
         for i, x in enumerate(r.get("rates", ())):
             ready = f"{r['ready_s']} s" + (f" (process start → ready {r['process_ready_s']} s)"
                                            if "process_ready_s" in r else "")
+            if i == 0 and "rss_mib_after" in r:
+                print(f"{r['what']}, {r['cpus']} vCPU: RSS after the load {r['rss_mib_after']} MiB")
             first = (f"| {r['what']} | {r['cpus']} | {ready} | "
                      f"{r['idle']['cpu_ms_per_s']} ms/s ({r['idle']['throttled']}) |"
                      ) if i == 0 else "| | | | |"
