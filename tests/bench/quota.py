@@ -435,13 +435,14 @@ def main() -> int:
         for i, x in enumerate(r.get("rates", ())):
             ready = f"{r['ready_s']} s" + (f" (process start → ready {r['process_ready_s']} s)"
                                            if "process_ready_s" in r else "")
-            if i == 0 and "rss_mib_after" in r:
-                print(f"{r['what']}, {r['cpus']} vCPU: RSS after the load {r['rss_mib_after']} MiB")
             first = (f"| {r['what']} | {r['cpus']} | {ready} | "
                      f"{r['idle']['cpu_ms_per_s']} ms/s ({r['idle']['throttled']}) |"
                      ) if i == 0 else "| | | | |"
             print(f"{first} {x['rate']}/s | {x['p50_ms']} / {x['p99_ms']} / {x['max_ms']} | "
                   f"{x['throttled']} | {x['cpu_us_per_request']} µs |")
+    for r in results:
+        if "rss_mib_after" in r:
+            print(f"{r['what']}, {r['cpus']} vCPU: RSS after the load {r['rss_mib_after']} MiB")
     os.makedirs(os.path.join(ROOT, "bench-results"), exist_ok=True)
     with open(os.path.join(ROOT, "bench-results", "quota.json"), "w") as f:
         json.dump(results, f, indent=2)
