@@ -29,7 +29,6 @@ from pgstatus.config.files import (
     with_env_file,
 )
 from pgstatus.config.settings import Config, ConfigError
-from pgstatus.http.accept import listen_lean
 from pgstatus.http.api import StatusAPI
 from pgstatus.http.fastpath import FastSite
 from pgstatus.http.freshness import FreshReads
@@ -118,7 +117,7 @@ class HttpService(ListenerService):
     name = "http"
 
     def __init__(self, reactor: Any, address: str, port: int, site: Any) -> None:
-        super().__init__(reactor, address, port, site, http_log, "server", listen_lean)
+        super().__init__(reactor, address, port, site, http_log, "server")
 
 
 class PgStatusService(MultiService):

@@ -17,7 +17,6 @@ from twisted.internet.tcp import Server as _TCPServer
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
-from pgstatus.http.accept import LeanServer
 from pgstatus.http.params import wants_json
 from pgstatus.http.responses import Renderer, Response
 from pgstatus.http.wire import (
@@ -39,9 +38,6 @@ MAX_HEAD = 8192
 #: twisted.web's own limit)
 MAX_TOTAL = 16384
 #: longest request head whose meaning is memoised, and how many are
-#: transports whose socket the fast path may write to directly
-_DIRECT = (_TCPServer, LeanServer)
-
 MAX_MEMO_HEAD = 1024
 MAX_MEMO_HEADS = 512
 _TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: 0\r\n"
@@ -82,7 +78,7 @@ class FastChannel(Protocol):
         site = self.site
         site.connections += 1
         t = self.transport
-        if t.__class__ in _DIRECT:
+        if t.__class__ is _TCPServer:
             t.setTcpNoDelay(True)
         t.registerProducer(self, True)
         self._last = site.seconds()
@@ -123,7 +119,7 @@ class FastChannel(Protocol):
         if self._buf and now - self._head_since >= site.header_timeout:
             t.abortConnection()
         elif now - self._last >= site.timeout:
-            if t.__class__ in _DIRECT and (t.dataBuffer or t._tempDataLen):
+            if t.__class__ is _TCPServer and (t.dataBuffer or t._tempDataLen):
                 t.abortConnection()
             else:
                 self._lose()
@@ -255,7 +251,7 @@ class FastChannel(Protocol):
         write does it (and so reports a broken connection as usual).
         """
         t = self.transport
-        if (t.__class__ not in _DIRECT or t.dataBuffer or t._tempDataLen
+        if (t.__class__ is not _TCPServer or t.dataBuffer or t._tempDataLen
                 or t.disconnecting or not t.connected):
             t.write(data)
             return
@@ -276,7 +272,7 @@ class FastChannel(Protocol):
         the transport has written the rest.
         """
         t = self.transport
-        if (t.__class__ in _DIRECT and not (t.dataBuffer or t._tempDataLen)
+        if (t.__class__ is _TCPServer and not (t.dataBuffer or t._tempDataLen)
                 and t.connected and not t.disconnecting):
             t.stopReading()
             t.stopWriting()

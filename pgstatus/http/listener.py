@@ -26,15 +26,13 @@ class ListenerService(Service):
     """
 
     def __init__(self, reactor: Any, address: str, port: int, factory: Any,
-                 log: Logger, what: str, listen: Any = None) -> None:
+                 log: Logger, what: str) -> None:
         self._reactor = reactor
         self._address = address
         self._port_number = port
         self._factory = factory
         self._log = log
         self._what = what
-        #: ``(reactor, port, factory, interface) -> port``; default listenTCP
-        self._listen_with = listen
         self.port: Any = None
         self.started: Deferred[Any] = Deferred()
 
@@ -59,12 +57,8 @@ class ListenerService(Service):
         last: BaseException | None = None
         for host in candidates:
             try:
-                if self._listen_with is not None:
-                    self.port = self._listen_with(self._reactor, self._port_number,
-                                                  self._factory, host)
-                else:
-                    self.port = self._reactor.listenTCP(self._port_number, self._factory,
-                                                        interface=host)
+                self.port = self._reactor.listenTCP(self._port_number, self._factory,
+                                                    interface=host)
             except Exception as e:  # CannotListenError
                 last = e
                 continue

@@ -20,29 +20,21 @@ import pytest_twisted
 from test_fastpath import CONFIG, view
 from twisted.internet import defer, task, threads
 
-from pgstatus.http.accept import listen_lean
 from pgstatus.http.api import StatusAPI
 from pgstatus.http.fastpath import FastSite
 
 DEADLINE = 10.0
 
 
-@pytest.fixture(params=["listenTCP", "LeanPort"])
-def sites(reactor, request):
-    """
-    Sites on Twisted's own port and on the service's lean accept path
-    (``pgstatus.http.accept``): every guarantee holds on both.
-    """
+@pytest.fixture
+def sites(reactor):
     made = []
 
     def make(fast: bool = True):
         v = view()
         api = StatusAPI(lambda: v, CONFIG, "9.9.9")
         site = FastSite(api.resource(), api.renderer, reactor, fast=fast)
-        if request.param == "LeanPort":
-            port = listen_lean(reactor, 0, site, "127.0.0.1")
-        else:
-            port = reactor.listenTCP(0, site, interface="127.0.0.1")
+        port = reactor.listenTCP(0, site, interface="127.0.0.1")
         made.append(port)
         return site, port.getHost().port
 
