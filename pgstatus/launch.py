@@ -6,7 +6,10 @@ twistd and Twisted import standard-library modules at start that the
 service never uses: ``http.cookiejar`` (for a deprecated alias in
 ``twisted.python.compat``; it brings ``urllib.request``, ``http.client`` and
 the ``email`` package with it), ``pdb`` (for twistd's ``--debug``) and a few
-more (:data:`DEFERRED`).  Before
+more (:data:`DEFERRED`).  And it hands twistd the ``pgstatus`` plugin
+instead of letting it look through ``twisted/plugins``, whose cache makes
+every start import every plugin's interfaces (``twisted.trial`` and
+``unittest`` among them).  Before
 twistd is imported, the launcher puts a placeholder module in their place,
 which runs the module's code in itself the first time anybody reads one of
 its attributes (as ``importlib.util.LazyLoader`` does; that one also loads
@@ -109,9 +112,34 @@ def main(args: Sequence[str] | None = None) -> None:
     for name in DEFERRED:
         defer(name)
     sys.argv = twistd_argv(sys.argv[1:] if args is None else args)
-    from twisted.scripts.twistd import run
+    from twisted.application import app
+    from twisted.scripts.twistd import runApp
 
-    run()
+    app.run(runApp, options_class())
+
+
+def options_class() -> type:
+    """
+    twistd's options with the ``pgstatus`` plugin given rather than looked
+    for: no scan of ``twisted/plugins`` and no load of Twisted's plugin
+    cache, which imports every plugin's interfaces (``twisted.trial`` and
+    with it ``unittest``) on every start.
+    """
+    from twisted.application.service import IServiceMaker
+    from twisted.plugin import getPlugins
+    from twisted.scripts.twistd import ServerOptions
+
+    def plugins(interface: type, package: object = None) -> list[object]:
+        if interface is IServiceMaker:
+            from twisted.plugins.pgstatus_plugin import PgStatus
+
+            return [PgStatus]
+        return list(getPlugins(interface, package))
+
+    class Options(ServerOptions):
+        _getPlugins = staticmethod(plugins)
+
+    return Options
 
 
 if __name__ == "__main__":  # pragma: no cover - python -m pgstatus.launch

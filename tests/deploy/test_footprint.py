@@ -216,7 +216,10 @@ def test_first_request_for_klein_loads_it_and_no_tls(daemon_site, tmp_path):
 #: what ``pg-status`` (pgstatus/launch.py) keeps from being imported at all:
 #: http.cookiejar and what it brings, and pdb
 DEFERRED_AWAY = {"http.cookiejar", "urllib.request", "http.client", "email.parser", "pdb", "bdb",
-                 "argparse", "difflib", "pprint", "random"}
+                 "argparse", "difflib", "pprint", "random",
+                 # no plugin discovery: Twisted's plugin cache would import
+                 # twisted.trial's interfaces and unittest
+                 "twisted.trial.itrial", "unittest", "twisted.plugins.twisted_web"}
 
 
 def test_launcher_serves_without_the_deferred_modules(daemon_site, tmp_path):
