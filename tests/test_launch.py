@@ -105,3 +105,20 @@ def test_a_module_already_imported_is_left_alone() -> None:
         "defer('pdb')\n"
         "print(type(sys.modules['pdb']).__name__)\n")
     assert out == "module"
+
+
+def test_configuration_error_exits_as_twistd_does() -> None:
+    """
+    ``pg-status`` with a bad variable exits with twistd's status (2) and the
+    same message naming the variable, before listening.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("pg_status__")}
+    env.update(PYTHONPATH=ROOT, pg_status__hosts="127.0.0.1", pg_status__sleep_ms="abc")
+    runs = [subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, cwd="/")
+            for cmd in ([sys.executable, "-m", "pgstatus.launch"],
+                        [os.path.join(os.path.dirname(sys.executable), "twistd"),
+                         "-n", "--pidfile=", "pgstatus"])]
+    for done in runs:
+        assert done.returncode == 2, done
+        assert "pg_status__sleep_ms: must be an integer greater than 0" in done.stderr + done.stdout
+        assert "server started" not in done.stderr + done.stdout

@@ -22,10 +22,9 @@ from typing import Any
 import psycopg2
 import psycopg2.errors
 from twisted.internet.defer import Deferred, ensureDeferred
-from twisted.internet.interfaces import IConnector, IHostResolution, IResolutionReceiver
+from twisted.internet.interfaces import IHostResolution, IResolutionReceiver
 from twisted.internet.main import CONNECTION_DONE as _SHARED_CONNECTION_DONE
 from twisted.internet.main import CONNECTION_LOST as _SHARED_CONNECTION_LOST
-from twisted.internet.protocol import ClientFactory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from txpostgres import txpostgres
@@ -39,6 +38,7 @@ from pgstatus.monitor.query import (
     observation_from_row,
     status_query,
 )
+from pgstatus.monitor.reach import reach_tcp
 from pgstatus.monitor.turns import TURN_LIMIT, ConnectTurns, Deadline
 
 log = Logger(namespace="pgstatus.monitor")
@@ -77,52 +77,6 @@ class CheckFailed(Exception):
 
     def __str__(self) -> str:
         return f"{self.operation}: {self.message}"
-
-
-class _Reached(Protocol):
-    factory: _TCPReach
-
-    def connectionMade(self) -> None:
-        self.factory.made(self)
-
-
-class _TCPReach(ClientFactory):
-    """
-    One TCP connection attempt: :attr:`reached` fires with the protocol once
-    TCP connects, or fails with the reason.  Cancelling it stops connecting.
-    (``reactor.connectTCP`` rather than an endpoint: endpoints would import
-    ``twisted.internet.endpoints`` at start, 0.4 MiB and 3 ms of CPU.)
-    """
-
-    noisy = False
-    protocol = _Reached
-
-    def __init__(self) -> None:
-        self.reached: Deferred[Protocol] = Deferred(self._cancel)
-        self.connector: IConnector | None = None
-
-    def made(self, proto: Protocol) -> None:
-        if not self.reached.called:
-            self.reached.callback(proto)
-        else:  # cancelled just as it connected
-            proto.transport.abortConnection()
-
-    def clientConnectionFailed(self, connector: IConnector, reason: Failure) -> None:
-        if not self.reached.called:
-            self.reached.errback(reason)
-
-    def _cancel(self, d: Deferred[Protocol]) -> None:
-        if self.connector is not None:
-            self.connector.stopConnecting()
-
-
-def _reach_tcp(reactor: Any, address: str, port: int) -> Deferred[Protocol]:
-    """
-    Connect TCP to ``address`` (an IPv4 or IPv6 literal) and ``port``.
-    """
-    attempt = _TCPReach()
-    attempt.connector = reactor.connectTCP(address, port, attempt, timeout=3600)
-    return attempt.reached
 
 
 def _own_reason(reason: Failure) -> Failure:
@@ -336,7 +290,7 @@ class PostgresProbe:
         failure: CheckFailed | None = None
         for address in addresses:
             try:
-                proto = await self._wait(_reach_tcp(self._reactor, address, host.port))
+                proto = await self._wait(reach_tcp(self._reactor, address, host.port))
             except Exception as e:
                 if self._aborted:
                     raise CheckFailed("connect", "aborted") from None
