@@ -22,6 +22,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TWISTD = os.path.join(os.path.dirname(sys.executable), "twistd")
 
 
+def _signals_not_ignored() -> None:
+    """
+    In the service's process before exec: SIGINT and SIGTERM at their
+    default.  A test runner started in the background (``cmd &`` in a
+    script) has SIGINT ignored, and pg-status, as a shell expects of a
+    background job, leaves an ignored SIGINT ignored; these tests are about
+    a SIGINT that is not ignored.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def env_with(**values: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("pg_status__")}
     env["PYTHONPATH"] = ROOT
@@ -168,7 +180,8 @@ def test_stop_signal_exits_0_while_hosts_hang(guarded_topology: PgTopology, sig:
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen([TWISTD, "-n", "--pidfile=", "pgstatus"],
                             env=_frozen_topology_env(guarded_topology, port, fmt), cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_signals_not_ignored)
     try:
         _wait_ready_then_freeze(guarded_topology, base)
         t0 = time.monotonic()
@@ -204,7 +217,8 @@ def test_daemon_stop_signal_exits_0_and_removes_pidfile(guarded_topology: PgTopo
     started = subprocess.run([TWISTD, f"--pidfile={pidfile}", f"--logfile={logfile}",
                               "pgstatus"],
                              env=_frozen_topology_env(guarded_topology, port, "text"), cwd=ROOT,
-                             capture_output=True, text=True, timeout=30)
+                             capture_output=True, text=True, timeout=30,
+                             preexec_fn=_signals_not_ignored)
     assert started.returncode == 0, started.stderr
     pid = poll(lambda: pidfile.exists() and int(pidfile.read_text()), 10, "the pid file")
     try:
