@@ -19,18 +19,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import psycopg2
-import psycopg2.errors
 from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.internet.interfaces import IHostResolution, IResolutionReceiver
-from twisted.internet.main import CONNECTION_DONE as _SHARED_CONNECTION_DONE
-from twisted.internet.main import CONNECTION_LOST as _SHARED_CONNECTION_LOST
 from twisted.logger import Logger
-from twisted.python.failure import Failure
-from txpostgres import txpostgres
 from zope.interface import implementer
 
 from pgstatus.config.settings import Config, HostConfig
+from pgstatus.monitor import libpq
 from pgstatus.monitor.lag import Observation
 from pgstatus.monitor.query import (
     GEOMETRY_QUERY,
@@ -79,69 +74,6 @@ class CheckFailed(Exception):
         return f"{self.operation}: {self.message}"
 
 
-def _own_reason(reason: Failure) -> Failure:
-    """
-    ``reason``, unless it carries one of Twisted's shared exception
-    instances (``CONNECTION_DONE``, ``CONNECTION_LOST``): then a Failure of
-    a new instance of the same exception.
-
-    txpostgres fails a pending connect or query with the shared
-    ``CONNECTION_DONE`` when the connection is closed (our deadlines close
-    it).  The exception is raised inside the check's coroutine, and every
-    raise of a shared instance extends its ``__traceback__``: the frames of
-    every aborted check, with their connections and Deferreds, would stay
-    reachable from the module for the life of the process.
-    """
-    value = reason.value
-    if value is _SHARED_CONNECTION_DONE or value is _SHARED_CONNECTION_LOST:
-        return Failure(type(value)(*value.args))
-    return reason
-
-
-class _Cursor(txpostgres.Cursor):
-    def connectionLost(self, reason: Failure) -> None:
-        txpostgres.Cursor.connectionLost(self, _own_reason(reason))
-
-
-class _Connection(txpostgres.Connection):
-    """
-    A txpostgres connection that survives the server closing it: txpostgres
-    raises such an error from ``doRead`` with nobody to report it to, or,
-    when the socket is already gone, re-registers the dead descriptor (-1)
-    with the reactor.  Here the connection is just marked closed; a pending
-    operation has already been failed, and the next check reconnects.  We
-    use no LISTEN/NOTIFY, so there are no notifications to dispatch.
-
-    Pending operations fail with an exception instance of their own (see
-    :func:`_own_reason`).
-    """
-
-    cursorFactory = _Cursor
-
-    def connectionLost(self, reason: Failure) -> None:
-        txpostgres.Connection.connectionLost(self, _own_reason(reason))
-
-    def doRead(self) -> None:
-        conn = self._connection
-        try:
-            txpostgres._PollingMixin.doRead(self)
-        except psycopg2.Error as e:
-            log.debug("connection lost error={error}", error=" ".join(str(e).split()))
-            self._drop()
-            return
-        if conn is None or conn.closed or self.fileno() < 0:
-            self._drop()
-            return
-        self.reactor.addReader(self)
-
-    def _drop(self) -> None:
-        self.reactor.removeReader(self)
-        self.reactor.removeWriter(self)
-        conn = self._connection
-        if conn is not None and not conn.closed:
-            conn.close()
-
-
 @implementer(IResolutionReceiver)
 class _Addresses:
     def __init__(self) -> None:
@@ -177,7 +109,7 @@ class PostgresProbe:
         self._config = config
         self._turns = turns
         self._urgent = urgent
-        self._conn: txpostgres.Connection | None = None
+        self._conn: Any = None  # a libpq.Connection
         self._opened_at = 0.0
         self._level = 0
         self._level_since = 0.0
@@ -312,8 +244,9 @@ class PostgresProbe:
             raise CheckFailed("connect", "aborted while waiting for a turn") from None
         deadline.resume()
         limit = self._reactor.callLater(TURN_LIMIT, self._turn_expired)
-        conn = _Connection(reactor=self._reactor)
+        conn = libpq.Connection(reactor=self._reactor)
         self._conn = conn
+        reached_auth = True
         try:
             await self._wait(conn.connect(
                 host=host.name,
@@ -324,6 +257,7 @@ class PostgresProbe:
                 dbname=self._config.pg_database,
                 application_name="pg-status",
             ))
+            reached_auth = _used_tls_or_password(conn)
         except Exception as e:
             self._close_conn()
             if not limit.active():
@@ -338,7 +272,7 @@ class PostgresProbe:
         finally:
             if limit.active():
                 limit.cancel()
-            turn.release(reached_auth=True)
+            turn.release(reached_auth=reached_auth)
         if self._aborted:
             raise CheckFailed("connect", "aborted")
         self._opened_at = self._reactor.seconds()
@@ -386,7 +320,9 @@ class PostgresProbe:
             sent = clock.seconds()
             try:
                 rows = await self._wait(self._conn.runQuery(status_query(self._level)))
-            except psycopg2.errors.InsufficientPrivilege as e:
+            except Exception as e:
+                if not isinstance(e, libpq.InsufficientPrivilege):
+                    raise self._query_failed(e) from None
                 if self._level >= 2:
                     self._close_conn()
                     raise CheckFailed("validate_result", _describe(e, self._config)) from None
@@ -405,8 +341,6 @@ class PostgresProbe:
                     f"error={_describe(e, self._config)}",
                 )
                 continue
-            except Exception as e:
-                raise self._query_failed(e) from None
             received = clock.seconds()
             if len(rows) != 1:
                 self._close_conn()
@@ -431,9 +365,22 @@ class PostgresProbe:
         connection ``consume_input``.
         """
         self._close_conn()
-        answered = isinstance(e, psycopg2.Error) and e.pgcode is not None
+        answered = isinstance(e, libpq.Error) and e.pgcode is not None
         return CheckFailed("validate_result" if answered else "consume_input",
                            _describe(e, self._config))
+
+
+def _used_tls_or_password(conn: Any) -> bool:
+    """
+    Whether an established connection's setup negotiated TLS or
+    authenticated with a password (then the next setup waits
+    :data:`~pgstatus.monitor.turns.AUTH_PAUSE`).
+    """
+    try:
+        info = conn.info
+        return bool(info.ssl_in_use or info.used_password)
+    except Exception:  # pragma: no cover - a handle closed meanwhile: assume it did
+        return True
 
 
 #: "ERROR:": a pooler's error at login, e.g. PgBouncer's "pgbouncer cannot

@@ -21,7 +21,7 @@ import pytest
 import pytest_twisted
 from pgtopology import PgTopology
 
-from pgstatus.monitor.probe import _Connection
+from pgstatus.monitor.libpq import Connection as _Connection
 from pgstatus.monitor.turns import Deadline
 from service import RunningService, wait_until
 
