@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from functools import partial
 from types import FrameType
 from typing import Any
 
@@ -33,6 +34,7 @@ from pgstatus.http.api import StatusAPI
 from pgstatus.http.fastpath import FastSite
 from pgstatus.http.freshness import FreshReads
 from pgstatus.http.listener import ListenerService
+from pgstatus.http.transport import listen_tcp
 from pgstatus.logging.observers import LevelFilter
 from pgstatus.logging.twistd import factory_observer, install_observer
 from pgstatus.memory import HeapTrimmer
@@ -117,7 +119,8 @@ class HttpService(ListenerService):
     name = "http"
 
     def __init__(self, reactor: Any, address: str, port: int, site: Any) -> None:
-        super().__init__(reactor, address, port, site, http_log, "server")
+        super().__init__(reactor, address, port, site, http_log, "server",
+                         listen=partial(listen_tcp, reactor))
 
 
 class PgStatusService(MultiService):

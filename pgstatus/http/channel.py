@@ -19,6 +19,7 @@ from twisted.python.failure import Failure
 
 from pgstatus.http.params import wants_json
 from pgstatus.http.responses import Renderer, Response
+from pgstatus.http.transport import DIRECT, NODELAY_INHERITED, Connection
 from pgstatus.http.wire import (
     _FALLBACK,
     _FIXED,
@@ -78,7 +79,7 @@ class FastChannel(Protocol):
         site = self.site
         site.connections += 1
         t = self.transport
-        if t.__class__ is _TCPServer:
+        if t.__class__ is _TCPServer or (t.__class__ is Connection and not NODELAY_INHERITED):
             t.setTcpNoDelay(True)
         t.registerProducer(self, True)
         self._last = site.seconds()
@@ -119,7 +120,7 @@ class FastChannel(Protocol):
         if self._buf and now - self._head_since >= site.header_timeout:
             t.abortConnection()
         elif now - self._last >= site.timeout:
-            if t.__class__ is _TCPServer and (t.dataBuffer or t._tempDataLen):
+            if t.__class__ in DIRECT and (t.dataBuffer or t._tempDataLen):
                 t.abortConnection()
             else:
                 self._lose()
@@ -251,7 +252,7 @@ class FastChannel(Protocol):
         write does it (and so reports a broken connection as usual).
         """
         t = self.transport
-        if (t.__class__ is not _TCPServer or t.dataBuffer or t._tempDataLen
+        if (t.__class__ not in DIRECT or t.dataBuffer or t._tempDataLen
                 or t.disconnecting or not t.connected):
             t.write(data)
             return
@@ -272,11 +273,9 @@ class FastChannel(Protocol):
         the transport has written the rest.
         """
         t = self.transport
-        if (t.__class__ is _TCPServer and not (t.dataBuffer or t._tempDataLen)
+        if (t.__class__ in DIRECT and not (t.dataBuffer or t._tempDataLen)
                 and t.connected and not t.disconnecting):
-            t.stopReading()
-            t.stopWriting()
-            t.connectionLost(_DONE)
+            t.connectionLost(_DONE)  # which stops reading and writing
         else:
             self._lose()
 

@@ -4,6 +4,7 @@ A TCP listener service shared by the HTTP API and the HAProxy agent.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from twisted.application.service import Service
@@ -21,13 +22,16 @@ class ListenerService(Service):
 
     :param log: the component's logger.
     :param what: the log lines' subject, e.g. ``server`` or ``agent``.
+    :param listen: listens as ``reactor.listenTCP(port, factory,
+        interface=...)`` does (the default).
     :ivar port: the listening port once started (``port.getHost().port``).
     :ivar started: fires with the port once listening.
     """
 
     def __init__(self, reactor: Any, address: str, port: int, factory: Any,
-                 log: Logger, what: str) -> None:
+                 log: Logger, what: str, listen: Callable[..., Any] | None = None) -> None:
         self._reactor = reactor
+        self._listen_tcp = listen if listen is not None else reactor.listenTCP
         self._address = address
         self._port_number = port
         self._factory = factory
@@ -57,8 +61,7 @@ class ListenerService(Service):
         last: BaseException | None = None
         for host in candidates:
             try:
-                self.port = self._reactor.listenTCP(self._port_number, self._factory,
-                                                    interface=host)
+                self.port = self._listen_tcp(self._port_number, self._factory, interface=host)
             except Exception as e:  # CannotListenError
                 last = e
                 continue

@@ -22,19 +22,27 @@ from twisted.internet import defer, task, threads
 
 from pgstatus.http.api import StatusAPI
 from pgstatus.http.fastpath import FastSite
+from pgstatus.http.transport import listen_tcp
 
 DEADLINE = 10.0
 
 
-@pytest.fixture
-def sites(reactor):
+@pytest.fixture(params=["pgstatus", "twisted"])
+def sites(reactor, request):
+    """
+    Sites on the service's own listener (``pgstatus.http.transport``) and,
+    as the fast path supports it too, on Twisted's ``listenTCP``.
+    """
     made = []
 
     def make(fast: bool = True):
         v = view()
         api = StatusAPI(lambda: v, CONFIG, "9.9.9")
         site = FastSite(api.resource(), api.renderer, reactor, fast=fast)
-        port = reactor.listenTCP(0, site, interface="127.0.0.1")
+        if request.param == "pgstatus":
+            port = listen_tcp(reactor, 0, site, interface="127.0.0.1")
+        else:
+            port = reactor.listenTCP(0, site, interface="127.0.0.1")
         made.append(port)
         return site, port.getHost().port
 

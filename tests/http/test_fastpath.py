@@ -17,6 +17,7 @@ from twisted.internet import threads
 from pgstatus.config.environ import load_config
 from pgstatus.http.api import StatusAPI
 from pgstatus.http.fastpath import FastSite
+from pgstatus.http.transport import listen_tcp
 from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
 
@@ -83,7 +84,7 @@ def sites(reactor):
         v = view(ready)
         api = StatusAPI(lambda: v, CONFIG, "9.9.9")
         site = FastSite(api.resource(), api.renderer, reactor, fast=fast)
-        port = reactor.listenTCP(0, site, interface="127.0.0.1")
+        port = listen_tcp(reactor, 0, site, interface="127.0.0.1")
         ports.append(port)
         return port.getHost().port
 
@@ -216,7 +217,7 @@ def test_memoised_answers_are_counted_per_request(reactor):
     v = view()
     api = StatusAPI(lambda: v, CONFIG, "9.9.9")
     site = FastSite(api.resource(), api.renderer, reactor)
-    port = reactor.listenTCP(0, site, interface="127.0.0.1")
+    port = listen_tcp(reactor, 0, site, interface="127.0.0.1")
     fallback = b"GET /replica?lag_ms=1 HTTP/1.1\r\nHost: x\r\n\r\n"
     rotate = b"GET /replica HTTP/1.1\r\nHost: x\r\n\r\n"
     master = b"GET /master HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -247,7 +248,7 @@ def test_memoised_heads_follow_the_view(reactor):
     current = {"view": view(ready=False)}
     api = StatusAPI(lambda: current["view"], CONFIG, "9.9.9")
     site = FastSite(api.resource(), api.renderer, reactor)
-    port = reactor.listenTCP(0, site, interface="127.0.0.1")
+    port = listen_tcp(reactor, 0, site, interface="127.0.0.1")
     try:
         n = port.getHost().port
         req = b"GET /master HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
@@ -305,7 +306,7 @@ def test_pipelined_answers_that_need_no_wait(reactor, monkeypatch):
     fresh = freshness.FreshReads(reactor, lambda i: None)
     api = StatusAPI(lambda: v, CONFIG, "9.9.9", fresh)
     site = FastSite(api.resource(), api.renderer, reactor)
-    port = reactor.listenTCP(0, site, interface="127.0.0.1")
+    port = listen_tcp(reactor, 0, site, interface="127.0.0.1")
     try:
         one = b"GET /replica?min_lsn=0/3000061&wait_ms=50 HTTP/1.1\r\nHost: x\r\n\r\n"
         last = b"GET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"

@@ -18,6 +18,7 @@ from twisted.web.client import HTTPConnectionPool
 from pgstatus.config.environ import load_config
 from pgstatus.http.api import StatusAPI
 from pgstatus.http.fastpath import FastSite
+from pgstatus.http.transport import listen_tcp
 from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
 
@@ -53,8 +54,8 @@ class Holder:
 def server(reactor):
     holder = Holder()
     api = StatusAPI(holder, CONFIG, "1.2.3")
-    port = reactor.listenTCP(0, FastSite(api.resource(), api.renderer, reactor),
-                             interface="127.0.0.1")
+    port = listen_tcp(reactor, 0, FastSite(api.resource(), api.renderer, reactor),
+                      interface="127.0.0.1")
     pool = HTTPConnectionPool(reactor, persistent=False)
     base = f"http://127.0.0.1:{port.getHost().port}"
 

@@ -17,6 +17,7 @@ from twisted.internet import threads
 from pgstatus.config.environ import load_config
 from pgstatus.http.api import StatusAPI
 from pgstatus.http.fastpath import FastSite
+from pgstatus.http.transport import listen_tcp
 from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
 
@@ -32,7 +33,7 @@ def site(reactor):
     def make(**limits):
         api = StatusAPI(lambda: VIEW, CONFIG, "1")
         s = FastSite(api.resource(), api.renderer, reactor, **limits)
-        port = reactor.listenTCP(0, s, interface="127.0.0.1")
+        port = listen_tcp(reactor, 0, s, interface="127.0.0.1")
         ports.append(port)
         return s, port.getHost().port
 
