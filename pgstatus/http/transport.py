@@ -62,7 +62,7 @@ class Connection(tcp.Server):
     """
     A connection accepted by :class:`Port`: ``tcp.Server`` without the
     per-connection log strings (the log prefix is the protocol's class
-    name), whose close decides orderly or aborted without a
+    name, and ``repr`` is made when asked for), whose close decides orderly or aborted without a
     ``Failure.check``.
     """
 
@@ -76,19 +76,15 @@ class Connection(tcp.Server):
         self.client = client
         self.sessionno = sessionno
         self.hostname = client[0]
+        #: the log prefix: the protocol's class name (tcp.Server formats
+        #: "<class>,<session>,<peer>" for every connection)
+        self.logstr = protocol.__class__.__name__
         self.startReading()
         self.connected = 1
 
-    #: what Twisted's logs name the connection by (tcp.Server's is per connection)
-    logstr = "HTTP connection"
-
-    def logPrefix(self) -> str:
-        protocol = self.__dict__.get("protocol")
-        return protocol.__class__.__name__ if protocol is not None else "-"
-
     def __repr__(self) -> str:
         port = getattr(self.server, "_realPortNumber", None)
-        return f"<{self.logPrefix()} #{self.sessionno} on {port}>"
+        return f"<{self.logstr} #{self.sessionno} on {port}>"
 
     def connectionLost(self, reason: Any) -> None:
         # tcp.Connection.connectionLost, with an isinstance for its check
