@@ -65,6 +65,8 @@ class FastChannel(Protocol):
     """
 
     site: Any  # the FastSite (pgstatus.http.fastpath) that made this channel
+    #: read by connectionMade (see pgstatus.http.transport.Connection.read_first)
+    reads_first = True
     #: the twisted.web channel everything goes to after the hand-off
     _web: Any = None
     _blocked = False
@@ -84,6 +86,8 @@ class FastChannel(Protocol):
         t.registerProducer(self, True)
         self._last = site.seconds()
         site._track(self)
+        if t.__class__ is Connection:
+            t.read_first()  # the request has usually arrived (TCP_DEFER_ACCEPT)
 
     def connectionLost(self, reason: Any = None) -> None:
         if self._closed:

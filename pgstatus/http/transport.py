@@ -1,7 +1,7 @@
 """
 The HTTP listener's TCP port and connection transport: Twisted's own
-(:class:`twisted.internet.tcp.Port` and ``tcp.Server``) with work a
-connection that lives for one request does not need left out.
+(:class:`twisted.internet.tcp.Port` and ``tcp.Server``), made cheaper for a
+connection that lives for one request.
 
 A client that opens a connection per request (health checkers often do)
 pays for the connection's setup and teardown every time.  Profiled under
@@ -14,13 +14,27 @@ the system calls the kernel needs:
   protocol's log prefix is looked up by reflection);
 - a ``setsockopt(TCP_NODELAY)`` per connection, although Linux gives an
   accepted socket the listening socket's ``TCP_NODELAY``;
+- a reactor round before the request is read: registering the socket with
+  epoll, waiting for it to be readable, dispatching the event, and
+  unregistering it at close;
 - when closing, a ``Failure.check`` to decide between an orderly and an
   aborted close.
 
-:class:`Port` and :class:`Connection` leave those out and change nothing
-else: accepting (with Twisted's handling of a full file descriptor table),
-reading, writing, producers, ``loseConnection`` and ``abortConnection`` are
-Twisted's.
+:class:`Port` and :class:`Connection` leave those out:
+
+- On Linux the listening socket has ``TCP_DEFER_ACCEPT`` (1 s, as HAProxy's
+  ``defer-accept`` and nginx's ``deferred``): the kernel hands over a
+  connection once its first data has arrived, or, for a client that sends
+  nothing, about a second after it connected.  HTTP clients speak first,
+  so the request is there when the connection is accepted.
+- A protocol with ``reads_first`` (:class:`~pgstatus.http.channel.FastChannel`)
+  reads it at once (:meth:`Connection.read_first`); the socket joins epoll
+  only if the connection stays open, so a request answered with
+  ``Connection: close`` never touches it.
+
+Everything else (accepting, with Twisted's handling of a full file
+descriptor table, reading, writing, producers, ``loseConnection`` and
+``abortConnection``) is Twisted's.
 """
 
 from __future__ import annotations
@@ -34,6 +48,8 @@ from twisted.internet import tcp
 from twisted.internet.abstract import FileDescriptor
 from twisted.internet.address import IPv6Address
 from twisted.internet.error import ConnectionAborted
+from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 #: the family and type as the C socket object has them: ints, no enum
 _native_family = _socket.socket.family
@@ -42,6 +58,11 @@ _native_type = _socket.socket.type
 #: whether accepted sockets inherit TCP_NODELAY from the listening socket
 #: (Linux does; elsewhere each connection sets it)
 NODELAY_INHERITED = sys.platform.startswith("linux")
+#: seconds the kernel waits for a client's first data before it hands over
+#: the connection anyway (TCP_DEFER_ACCEPT, Linux only)
+DEFER_ACCEPT = 1
+
+log = Logger(namespace="pgstatus.http")
 
 
 class _ListeningSocket(socket.socket):
@@ -62,9 +83,14 @@ class Connection(tcp.Server):
     """
     A connection accepted by :class:`Port`: ``tcp.Server`` without the
     per-connection log strings (the log prefix is the protocol's class
-    name, and ``repr`` is made when asked for), whose close decides orderly or aborted without a
-    ``Failure.check``.
+    name, and ``repr`` is made when asked for), which lets a protocol with
+    ``reads_first`` read before the socket is registered with the reactor
+    (see :meth:`read_first`), and whose close decides orderly or aborted
+    without a ``Failure.check``.
     """
+
+    #: the protocol paused reading (``pauseProducing``) and has not resumed
+    _paused = False
 
     def __init__(self, sock: socket.socket, protocol: Any, client: tuple[Any, ...],
                  server: Any, sessionno: int, reactor: Any) -> None:
@@ -79,8 +105,37 @@ class Connection(tcp.Server):
         #: the log prefix: the protocol's class name (tcp.Server formats
         #: "<class>,<session>,<peer>" for every connection)
         self.logstr = protocol.__class__.__name__
-        self.startReading()
+        if not getattr(protocol, "reads_first", False):
+            self.startReading()
         self.connected = 1
+
+    def read_first(self) -> None:
+        """
+        Read what has arrived (the request, with ``TCP_DEFER_ACCEPT``), then
+        register with the reactor for more, as the protocol's
+        ``connectionMade`` would otherwise have found it: unless the
+        connection was closed or is closing meanwhile, or the protocol
+        paused reading.  End of file or an error met here is met again by
+        the reactor's read (both persist), so it is handled as usual.  An
+        exception from the protocol is logged and closes the connection,
+        as the reactor does with one raised from its read.
+        """
+        try:
+            self.doRead()
+        except Exception:
+            log.failure("reading a new connection failed")
+            self.connectionLost(Failure())
+            return
+        if self.connected and not self.disconnecting and not self._paused:
+            self.startReading()
+
+    def pauseProducing(self) -> None:
+        self._paused = True
+        FileDescriptor.pauseProducing(self)
+
+    def resumeProducing(self) -> None:
+        self._paused = False
+        FileDescriptor.resumeProducing(self)
 
     def __repr__(self) -> str:
         port = getattr(self.server, "_realPortNumber", None)
@@ -101,8 +156,9 @@ class Connection(tcp.Server):
 
 class Port(tcp.Port):
     """
-    A listening port whose connections are :class:`Connection` and inherit
-    ``TCP_NODELAY`` (set on the listening socket).
+    A listening port whose connections are :class:`Connection`, inherit
+    ``TCP_NODELAY`` from the listening socket and, on Linux, arrive with
+    their first data (``TCP_DEFER_ACCEPT``).
     """
 
     transport = Connection
@@ -113,6 +169,8 @@ class Port(tcp.Port):
         listening.setblocking(False)
         if NODELAY_INHERITED:
             listening.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if hasattr(socket, "TCP_DEFER_ACCEPT"):
+            listening.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, DEFER_ACCEPT)
         return listening
 
 

@@ -110,3 +110,136 @@ def test_cut_connection_is_reset(reactor, site):
     got = yield threads.deferToThread(slow_head)
     assert got is ConnectionResetError
     yield wait_for(reactor, lambda: s.connections == 0, "the connection to close")
+
+
+def test_listening_socket_defers_accept(site):
+    """
+    The kernel hands over a connection with its first data (HTTP clients
+    speak first), so the request can be read at once.
+    """
+    _, port = site()
+    assert port.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT) > 0
+
+
+@pytest_twisted.inlineCallbacks
+def test_silent_client_is_still_accepted_and_closed(reactor, site):
+    """
+    A client that connects and sends nothing is handed over all the same
+    (about a second later) and then closed when idle too long.
+    """
+    s, port = site(idle_timeout=0.3)
+
+    def silent() -> bytes:
+        with connect(port.getHost().port) as c:
+            return read_to_eof(c)  # times out (fails) if never accepted
+
+    got = yield threads.deferToThread(silent)
+    assert got == b""
+    yield wait_for(reactor, lambda: s.connections == 0, "the connection to close")
+
+
+@pytest_twisted.inlineCallbacks
+def test_connection_closed_in_its_first_read_never_registers(reactor, site, monkeypatch):
+    """
+    ``Connection: close`` answered in the first read: the socket never
+    joins the reactor.  A keep-alive connection joins it once, after its
+    first answer.
+    """
+    registered = []
+    real = Connection.startReading
+    monkeypatch.setattr(Connection, "startReading",
+                        lambda self: (registered.append(self.sessionno), real(self))[1])
+    s, port = site()
+
+    def exchange(close: bool) -> bytes:
+        with connect(port.getHost().port) as c:
+            c.sendall(get("/master", close=close))
+            if close:
+                return read_to_eof(c)
+            data = b""
+            while not data.endswith(b"\r\n\r\npg-1"):  # the answer's body
+                data += c.recv(4096)
+            return data
+
+    got = yield threads.deferToThread(exchange, True)
+    assert got.startswith(b"HTTP/1.1 200 ") and registered == []
+    yield wait_for(reactor, lambda: s.connections == 0, "the connection to close")
+    got = yield threads.deferToThread(exchange, False)
+    assert got.startswith(b"HTTP/1.1 200 ") and len(registered) == 1
+    yield wait_for(reactor, lambda: s.connections == 0, "the connection to close")
+
+
+@pytest_twisted.inlineCallbacks
+def test_paused_in_its_first_read_waits_to_resume(reactor, site):
+    """
+    Answers to a pipelined burst fill the socket during the first read, so
+    the channel pauses the transport: it must not read on until the client
+    drains its answers; then every answer arrives, in order.
+    """
+    s, port = site()
+    port.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # inherited
+    burst = get("/hosts") * 400 + get("/version", close=True)
+    client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.settimeout(DEADLINE)
+    client.connect(("127.0.0.1", port.getHost().port))
+    try:
+        sending = threads.deferToThread(client.sendall, burst)
+        yield wait_for(reactor, lambda: the_channel(s) is not None
+                       and the_channel(s).transport._paused, "the transport paused")
+        assert the_channel(s).transport not in reactor.getReaders()
+        got = yield threads.deferToThread(read_to_eof, client)
+        yield sending
+    finally:
+        client.close()
+    assert got.count(b"HTTP/1.1 200 ") == 401
+    assert got.rstrip().endswith(b"9.9.9")
+
+
+class Exploding:
+    """A protocol whose first read raises."""
+
+    reads_first = True
+
+    def makeConnection(self, transport):
+        self.transport = transport
+        transport.read_first()
+
+    def dataReceived(self, data):
+        raise RuntimeError("boom")
+
+    def connectionLost(self, reason):
+        self.lost = reason
+
+
+@pytest_twisted.inlineCallbacks
+def test_exception_in_first_read_closes_and_is_logged(reactor, site):
+    from twisted.internet.protocol import Factory
+    from twisted.logger import globalLogPublisher
+
+    events = []
+    globalLogPublisher.addObserver(events.append)
+    protocols = []
+
+    class Boom(Factory):
+        def buildProtocol(self, addr):
+            protocols.append(Exploding())
+            return protocols[-1]
+
+    port = listen_tcp(reactor, 0, Boom(), interface="127.0.0.1")
+    try:
+        def exchange() -> bytes:
+            with connect(port.getHost().port) as c:
+                c.sendall(get("/master"))
+                try:
+                    return read_to_eof(c)
+                except ConnectionResetError:
+                    return b"reset"
+
+        got = yield threads.deferToThread(exchange)
+    finally:
+        globalLogPublisher.removeObserver(events.append)
+        yield port.stopListening()
+    assert got in (b"", b"reset")
+    assert protocols and protocols[0].lost.check(RuntimeError)
+    assert any(e.get("log_format") == "reading a new connection failed" for e in events)
