@@ -34,6 +34,8 @@ from pgstatus.http.api import StatusAPI
 from pgstatus.http.fastpath import FastSite
 from pgstatus.http.freshness import FreshReads
 from pgstatus.http.listener import ListenerService
+from pgstatus.http.transport import Connection as HttpConnection
+from pgstatus.http.transport import Port as HttpPort
 from pgstatus.http.transport import listen_tcp
 from pgstatus.logging.observers import LevelFilter
 from pgstatus.logging.twistd import factory_observer, install_observer
@@ -327,6 +329,10 @@ def make_service(config: Config, reactor: Any = None,
     :param environ: the process environment ``config`` came from.
     """
     if reactor is None:
+        from pgstatus.reactor import install_default
+
+        # the HTTP listener's events without Twisted's per-event log context
+        install_default(bare=(HttpConnection, HttpPort))
         from twisted.internet import reactor as global_reactor
 
         reactor = global_reactor
