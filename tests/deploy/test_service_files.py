@@ -107,7 +107,8 @@ def test_init_script_syntax() -> None:
 
 def test_systemd_unit() -> None:
     text = open(UNIT).read()
-    for needle in ["Type=simple", "twistd -n", "EnvironmentFile=", "Restart=on-failure",
+    for needle in ["Type=simple", "ExecStart=/usr/bin/env pg-status\n", "EnvironmentFile=",
+                   "Restart=on-failure", "RestartPreventExitStatus=2",
                    "User=", "NoNewPrivileges=yes"]:
         assert needle in text
     tool = shutil.which("systemd-analyze")

@@ -15,6 +15,7 @@ import sys
 import pytest_twisted
 from test_direct_send import DEADLINE, get
 from test_fastpath import CONFIG, view
+from test_launch import run_python
 from twisted.internet import threads
 from twisted.internet.protocol import Factory, Protocol
 from twisted.python import log
@@ -81,14 +82,6 @@ def test_http_events_skip_the_log_context_others_keep_it(reactor, monkeypatch):
     finally:
         yield http.stopListening()
         yield echo.stopListening()
-
-
-def run_python(code: str) -> str:
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 def test_installed_by_default_else_the_installed_one_is_kept():
