@@ -60,7 +60,13 @@ class EPollReactor(epollreactor.EPollReactor):
             if selectable is None:
                 continue
             if selectable.__class__ in bare:
-                dispatch(selectable, fd, event)
+                try:
+                    dispatch(selectable, fd, event)
+                except KeyboardInterrupt:
+                    raise
+                except BaseException:
+                    # as callWithLogger: log it and go on with the other events
+                    log.err()
             else:
                 log.callWithLogger(selectable, dispatch, selectable, fd, event)
 

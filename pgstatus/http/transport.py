@@ -112,21 +112,26 @@ class Connection(tcp.Server):
     def read_first(self) -> None:
         """
         Read what has arrived (the request, with ``TCP_DEFER_ACCEPT``), then
-        register with the reactor for more, as the protocol's
-        ``connectionMade`` would otherwise have found it: unless the
-        connection was closed or is closing meanwhile, or the protocol
-        paused reading.  End of file or an error met here is met again by
-        the reactor's read (both persist), so it is handled as usual.  An
-        exception from the protocol is logged and closes the connection,
-        as the reactor does with one raised from its read.
+        register with the reactor for more: unless the connection was
+        closed, is closing or being aborted meanwhile, or the protocol
+        paused reading.  End of file or an error met here is handled as the
+        reactor handles one from its own read.  An exception from the
+        protocol is logged and closes the connection, as the reactor does
+        with one raised from its read.
         """
         try:
-            self.doRead()
+            why = self.doRead()
         except Exception:
             log.failure("reading a new connection failed")
             self.connectionLost(Failure())
             return
-        if self.connected and not self.disconnecting and not self._paused:
+        if why is not None:
+            # end of file or an error at once (a probe that connects and
+            # closes): as the reactor handles one from its own read, a
+            # half-close included
+            self.reactor._disconnectSelectable(self, why, True)
+        elif (self.connected and not self.disconnecting and not self._aborting
+              and not self._paused):
             self.startReading()
 
     def pauseProducing(self) -> None:
@@ -166,11 +171,18 @@ class Port(tcp.Port):
     def createInternetSocket(self) -> socket.socket:
         s = super().createInternetSocket()
         listening = _ListeningSocket(s.family, s.type, s.proto, s.detach())
-        listening.setblocking(False)
-        if NODELAY_INHERITED:
-            listening.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            listening.setblocking(False)
+            if NODELAY_INHERITED:
+                listening.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except BaseException:
+            listening.close()
+            raise
         if hasattr(socket, "TCP_DEFER_ACCEPT"):
-            listening.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, DEFER_ACCEPT)
+            try:
+                listening.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, DEFER_ACCEPT)
+            except OSError:  # pragma: no cover - a sandbox refusing it: accept as usual
+                pass
         return listening
 
 
@@ -178,8 +190,13 @@ class Port(tcp.Port):
 DIRECT = (tcp.Server, Connection)
 
 
+#: the listen backlog (Twisted's default is 50): it also bounds the
+#: handshakes the kernel holds back while it waits for their first data
+BACKLOG = 511
+
+
 def listen_tcp(reactor: Any, port: int, factory: Any, interface: str = "",
-               backlog: int = 50) -> Port:
+               backlog: int = BACKLOG) -> Port:
     """
     Listen as ``reactor.listenTCP`` does, with :class:`Port`.
     """

@@ -170,3 +170,31 @@ def test_oversized_head_refused(site):
 
     data = yield threads.deferToThread(scenario)
     assert data.startswith(b"HTTP/1.1 400") or data.startswith(b"HTTP/1.1 431")
+
+
+@pytest_twisted.inlineCallbacks
+def test_over_the_cap_request_gets_its_503_and_an_orderly_close(site):
+    """
+    A client over the cap that has sent its request (so it sits unread in
+    the server's socket) reads the whole 503 and then end of file, not a
+    reset.
+    """
+    s, port = site(max_connections=1)
+
+    def scenario() -> tuple[bytes, bytes]:
+        a = connect(port)
+        first = ask(a)
+        c = connect(port)
+        c.sendall(b"GET /master HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while chunk := c.recv(4096):  # a reset raises here
+            data += chunk
+        c.close()
+        a.close()
+        return first, data
+
+    first, refused = yield threads.deferToThread(scenario)
+    assert first.startswith(b"HTTP/1.1 200 OK")
+    assert refused == (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                       b"Connection: close\r\n\r\n")
+    assert s.refused == 1

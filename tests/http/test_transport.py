@@ -8,7 +8,9 @@ itself in logs and ``repr`` without per-connection strings.
 
 from __future__ import annotations
 
+import os
 import socket
+import struct
 
 import pytest
 import pytest_twisted
@@ -243,3 +245,64 @@ def test_exception_in_first_read_closes_and_is_logged(reactor, site):
     assert got in (b"", b"reset")
     assert protocols and protocols[0].lost.check(RuntimeError)
     assert any(e.get("log_format") == "reading a new connection failed" for e in events)
+
+
+@pytest_twisted.inlineCallbacks
+def test_end_of_file_or_reset_in_the_first_read(reactor, site):
+    """
+    A client that connects and closes at once (a TCP probe) or resets: the
+    first read meets end of file or the error and the connection is gone,
+    without a request or an error logged.
+    """
+    from twisted.logger import LogLevel, globalLogPublisher
+
+    s, port = site()
+    errors = []
+
+    def observe(event):
+        if event.get("log_level") in (LogLevel.error, LogLevel.critical):
+            errors.append(event)
+
+    globalLogPublisher.addObserver(observe)
+    try:
+        def probe(reset: bool) -> None:
+            c = socket.create_connection(("127.0.0.1", port.getHost().port), timeout=DEADLINE)
+            if reset:
+                c.sendall(b"GET /master HTTP/1.1\r\n")  # handed over, then reset
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            c.close()
+
+        for reset in (False, True, False, True):
+            yield threads.deferToThread(probe, reset)
+        yield wait_for(reactor, lambda: s.connections == 0 and not s._channels,
+                       "the connections to be gone")
+    finally:
+        globalLogPublisher.removeObserver(observe)
+    assert errors == []
+    assert sum(s.renderer.requests.values()) == 0
+
+
+@pytest_twisted.inlineCallbacks
+def test_ipv6_listener(reactor):
+    """
+    The port listens on IPv6 too (``pg_status__http_listen_address=*``
+    listens on ``::``).
+    """
+    v = view()
+    api = StatusAPI(lambda: v, CONFIG, "9.9.9")
+    s = FastSite(api.resource(), api.renderer, reactor)
+    try:
+        port = listen_tcp(reactor, 0, s, interface="::1")
+    except Exception as e:
+        assert not os.environ.get("CI"), f"no IPv6 loopback in CI: {e}"
+        pytest.skip(f"no IPv6 loopback here: {e}")
+    try:
+        def exchange() -> bytes:
+            with socket.create_connection(("::1", port.getHost().port), timeout=DEADLINE) as c:
+                c.sendall(get("/version", close=True))
+                return read_to_eof(c)
+
+        got = yield threads.deferToThread(exchange)
+        assert got.startswith(b"HTTP/1.1 200 ") and got.endswith(b"9.9.9")
+    finally:
+        yield port.stopListening()
