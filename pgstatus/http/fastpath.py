@@ -79,7 +79,7 @@ class FastSite(Factory):
         """
         if self.connections >= self.max_connections:
             self.refused += 1
-            return _Busy(self.reactor)
+            return _Busy()
         p = FastChannel()
         p.site = self
         return p
@@ -124,35 +124,14 @@ class FastSite(Factory):
         self._sweep_call = None
 
 
-#: how long a refused connection waits for the client to close after its 503
-BUSY_LINGER = 1.0
-
-
 class _Busy(Protocol):
     """
-    Refuses a connection over the limit politely: answers 503, ends its own
-    side (FIN) and reads and drops whatever the client sends until the
-    client closes too, for at most :data:`BUSY_LINGER` seconds.  Closing
-    with the request unread would make the kernel answer with a reset,
-    which can make the client drop the 503 (with ``TCP_DEFER_ACCEPT`` the
-    request is always there by now).
+    Refuses a connection over the limit politely.
     """
 
-    def __init__(self, clock: Any) -> None:
-        self._clock = clock
-        self._timer: Any = None
-
     def connectionMade(self) -> None:
-        t = self.transport
-        t.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
-                b"Connection: close\r\n\r\n")
-        t.loseWriteConnection()
-        self._timer = self._clock.callLater(BUSY_LINGER, t.abortConnection)
+        self.transport.write(
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+            b"Connection: close\r\n\r\n")
+        self.transport.loseConnection()
 
-    def dataReceived(self, data: bytes) -> None:
-        pass
-
-    def connectionLost(self, reason: Any = None) -> None:
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        self._timer = None

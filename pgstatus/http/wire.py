@@ -131,7 +131,6 @@ class DateLine:
         return self._line
 
 
-
 _DAYS = (b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat", b"Sun")
 _MONTHS = (b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun",
            b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec")
@@ -147,6 +146,7 @@ def http_date(second: int) -> bytes:
     return b"%s, %02d %s %04d %02d:%02d:%02d GMT" % (
         _DAYS[t.tm_wday], t.tm_mday, _MONTHS[t.tm_mon - 1], t.tm_year,
         t.tm_hour, t.tm_min, t.tm_sec)
+
 
 def _args(query: bytes) -> dict[str, str]:
     if b"%" not in query and b"+" not in query:

@@ -246,6 +246,8 @@ class PostgresProbe:
         limit = self._reactor.callLater(TURN_LIMIT, self._turn_expired)
         conn = libpq.Connection(reactor=self._reactor)
         self._conn = conn
+        # whether the next setup waits AUTH_PAUSE: after TLS or a password
+        # (a setup that ran out of its turn or was aborted is assumed to)
         reached_auth = True
         try:
             await self._wait(conn.connect(
@@ -265,8 +267,9 @@ class PostgresProbe:
             why = _describe(e, self._config)
             # Only a setup that got as far as the server's TLS or
             # authentication exchange (which then failed, e.g. at a pooler
-            # whose PostgreSQL is down) counts as a late failure; a server
-            # that never answers or just closes does not.
+            # whose PostgreSQL is down) counts as a late failure, and makes
+            # the next setup wait; a server that just closes does neither.
+            reached_auth = self._aborted or _reached_auth(why)
             raise CheckFailed("connect", why, late=not self._aborted and _reached_auth(why)
                               ) from None
         finally:

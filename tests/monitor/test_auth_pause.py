@@ -14,7 +14,7 @@ import pytest
 import pytest_twisted
 
 from pgstatus.config.environ import load_config
-from pgstatus.monitor.probe import PostgresProbe
+from pgstatus.monitor.probe import CheckFailed, PostgresProbe
 from pgstatus.monitor.turns import ConnectTurns, Deadline
 from service import blocking
 
@@ -79,3 +79,35 @@ def test_pause_after_setup_follows_its_authentication(pg_topology, reactor, auth
         assert waited >= 0.09
     else:
         assert waited < 0.09
+
+
+@pytest.mark.parametrize("fault", ["wrong_password", "closed_after_startup"])
+@pytest_twisted.inlineCallbacks
+def test_pause_after_failed_setup_follows_how_far_it_got(pg_topology, tcp_proxy, reactor,
+                                                         fault):
+    """
+    A setup refused at password authentication makes the next one wait; one
+    the server (here a proxy) closes right after the startup packet, before
+    any TLS or authentication, does not.
+    """
+    node = pg_topology.primary
+    env = {**pg_topology.hosts_env(), "pg_status__hosts": node.host,
+           "pg_status__pg_port": str(node.port)}
+    if fault == "wrong_password":
+        env["pg_status__pg_password"] = "not-the-password"
+    else:
+        proxy = tcp_proxy(node)
+        yield proxy.close_after_startup(drop_existing=True)
+        env.update({"pg_status__hosts": proxy.host, "pg_status__pg_port": str(proxy.port)})
+    config = load_config(env)
+    turns = RecordingTurns(reactor)
+    probe = PostgresProbe(reactor, config.hosts[0], config, turns)
+    deadline = Deadline(reactor, 10.0, probe.abort)
+    try:
+        with pytest.raises(CheckFailed) as failed:
+            yield probe.check(reactor.seconds(), deadline)
+    finally:
+        deadline.stop()
+        probe.close()
+    assert failed.value.operation == "connect" and not deadline.fired
+    assert turns.released == [fault == "wrong_password"]
