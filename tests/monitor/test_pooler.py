@@ -163,18 +163,27 @@ def test_checks_through_transaction_poolers(pg_topology, pgbouncer, service, log
     marks = [b.log_size() for b in bouncers]
     stats0 = yield blocking(lambda: [b.stats() for b in bouncers])
     checks0 = [[m.checks for m in svc.monitor.monitors] for svc in pooled]
-    yield wait_until(reactor, lambda: all(
-        m.checks >= c + 20 and not m.checking
-        for svc, cs in zip(pooled, checks0, strict=True)
-        for m, c in zip(svc.monitor.monitors, cs, strict=True)), 15, "20 more checks")
+    # the check counts are taken in the same reactor turn that finds none
+    # running: every check they count has sent its query before stats1 is
+    # read (checks started later only add pooler transactions)
+    checks1: list[list[int]] = []
+
+    def settled() -> bool:
+        if not all(m.checks >= c + 20 and not m.checking
+                   for svc, cs in zip(pooled, checks0, strict=True)
+                   for m, c in zip(svc.monitor.monitors, cs, strict=True)):
+            return False
+        checks1[:] = [[m.checks for m in svc.monitor.monitors] for svc in pooled]
+        return True
+
+    yield wait_until(reactor, settled, 15, "20 more checks")
     stats1 = yield blocking(lambda: [b.stats() for b in bouncers])
     assert failures(log_events) == []
     for svc in pooled:
         assert [m.probe.opened for m in svc.monitor.monitors] == [1, 1, 1]
         assert all(h.healthy for h in svc.view.hosts)
     for i, (b, node) in enumerate(zip(bouncers, topo.nodes, strict=True)):
-        checks = sum(svc.monitor.monitors[i].checks - cs[i]
-                     for svc, cs in zip(pooled, checks0, strict=True))
+        checks = sum(c1[i] - c0[i] for c0, c1 in zip(checks0, checks1, strict=True))
         xacts = stats1[i]["total_xact_count"] - stats0[i]["total_xact_count"]
         assert xacts >= checks, (node.name, xacts, checks)
         clients = yield blocking(b.clients, "pg-status")
