@@ -21,6 +21,7 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from pgstatus import __version__
+from pgstatus.collector import settle
 from pgstatus.config.environ import load_config
 from pgstatus.config.files import (
     ENV_FILE,
@@ -249,6 +250,8 @@ class PgStatusService(MultiService):
         if self._server_options is not None:
             # under twistd: after the reactor has installed its own handlers
             self._reactor.callWhenRunning(self._install_stop_signals)
+            # the process's start-up is over: its objects stay for good
+            settle()
 
     def _install_stop_signals(self) -> None:
         if self.running:

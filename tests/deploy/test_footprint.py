@@ -124,7 +124,9 @@ def run_daemon(site: str, paths: list[str], tmp_path,
     status 0).
 
     :return: every module the process imported (placeholders of modules the
-        launcher defers do not count until loaded), and the answers.
+        launcher defers do not count until loaded), and the answers.  The
+        state of the process's garbage collector then (enabled, objects
+        frozen) is in ``tmp_path / "modules.gc"``.
     """
     port = free_port()
     env = {k: v for k, v in os.environ.items()
@@ -138,8 +140,10 @@ def run_daemon(site: str, paths: list[str], tmp_path,
         "pg_status__log_level": "warning",
     })
     out = tmp_path / "modules"
-    code = ("import signal, sys\n"
+    code = ("import gc, signal, sys\n"
             "def dump(*_):\n"
+            f"    with open({str(out)!r} + '.gc', 'w') as f:\n"
+            "        f.write(f'{gc.isenabled()} {gc.get_freeze_count()}')\n"
             f"    with open({str(out)!r} + '.tmp', 'w') as f:\n"
             "        f.write('\\n'.join(n for n, m in list(sys.modules.items())\n"
             "                            if type(m).__name__ != 'DeferredModule'))\n"
@@ -216,7 +220,8 @@ def test_first_request_for_klein_loads_it_and_no_tls(daemon_site, tmp_path):
 #: what ``pg-status`` (pgstatus/launch.py) keeps from being imported at all:
 #: http.cookiejar and what it brings, and pdb
 DEFERRED_AWAY = {"http.cookiejar", "urllib.request", "http.client", "email.parser", "pdb", "bdb",
-                 "argparse", "difflib", "pprint", "random",
+                 "argparse", "difflib", "pprint", "random", "shutil", "bz2", "lzma", "tokenize",
+                 "textwrap", "glob", "copy", "locale",
                  # no plugin discovery: Twisted's plugin cache would import
                  # twisted.trial's interfaces and unittest
                  "twisted.trial.itrial", "unittest", "twisted.plugins.twisted_web"}
@@ -233,3 +238,22 @@ def test_launcher_serves_without_the_deferred_modules(daemon_site, tmp_path):
     assert answers[0].startswith(b"HTTP/1.1 404")  # the only host is dead
     assert answers[1].startswith(b"HTTP/1.1 200")
     assert sorted(modules & (NOT_AT_START | DEFERRED_AWAY)) == []
+
+
+def collector_state(tmp_path) -> tuple[bool, int]:
+    """The garbage collector's state :func:`run_daemon` saw: enabled, frozen objects."""
+    enabled, frozen = (tmp_path / "modules.gc").read_text().split()
+    return enabled == "True", int(frozen)
+
+
+@pytest.mark.parametrize("launcher", [False, True], ids=["twistd", "pg-status"])
+def test_started_service_collects_again_with_start_up_frozen(daemon_site, tmp_path, launcher):
+    """
+    Once started, the daemon's collector is on (``pg-status`` holds it off
+    while starting), and what start-up made is frozen out of its
+    collections: tens of thousands of objects.
+    """
+    run_daemon(daemon_site, ["/master"], tmp_path, launcher=launcher)
+    enabled, frozen = collector_state(tmp_path)
+    assert enabled
+    assert frozen > 20_000, frozen
