@@ -11,6 +11,7 @@ import ctypes
 import glob
 import os
 import pwd
+import random
 import re
 import shutil
 import signal
@@ -73,13 +74,44 @@ def find_pg_bindir() -> str:
     )
 
 
+#: ports handed out by :func:`free_port` in this process
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel gives outgoing connections."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """
-    Return a TCP port that is free on ``host`` right now (bind to port 0).
+    Return a TCP port that is free on ``host`` right now, below the kernel's
+    range for outgoing connections: a port from that range (what binding to
+    port 0 gives) can become the local port of any outgoing connection
+    before whoever asked binds it (seen: ``Address already in use`` for a
+    service's agent port).  Never the same port twice in one process.
 
     :param host: the address the port will be used on.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    high = min(_ephemeral_low(), 65536) - 1
+    low = 20000 if high > 25000 else 1024
+    for _ in range(200):
+        port = random.randint(low, high)
+        if port in _handed_out:
+            continue
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    with socket.socket(family, socket.SOCK_STREAM) as s:  # pragma: no cover - all taken
         s.bind((host, 0))
         return s.getsockname()[1]
 
