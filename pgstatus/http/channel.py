@@ -18,7 +18,7 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from pgstatus.http.params import wants_json
-from pgstatus.http.responses import Renderer, Response
+from pgstatus.http.responses import EMPTY_404, Renderer, Response
 from pgstatus.http.transport import DIRECT, NODELAY_INHERITED, Connection
 from pgstatus.http.wire import (
     _FALLBACK,
@@ -26,9 +26,12 @@ from pgstatus.http.wire import (
     _HEADER_LENGTHS,
     _LABELS,
     _NOT_FAST,
+    _PLAIN_PATH,
     _REPLICA,
     _REPLICA_PATHS,
     _ROTATE,
+    HTTP_1_0,
+    KLEIN_PATHS,
     Wire,
     _args,
 )
@@ -379,9 +382,9 @@ class FastChannel(Protocol):
         line_end = head.find(b"\r\n")
         request_line = head if line_end < 0 else head[:line_end]
         parts = request_line.split(b" ")
-        if len(parts) != 3 or parts[2] != b"HTTP/1.1":
+        if len(parts) != 3 or parts[2] not in (b"HTTP/1.1", HTTP_1_0):
             return None
-        method, target, _ = parts
+        method, target, version = parts
         if method == b"GET":
             is_head = False
         elif method == b"HEAD":
@@ -411,10 +414,16 @@ class FastChannel(Protocol):
                     close = b"close" in tokens
                 elif lname in _NOT_FAST:
                     return None
-        close = bool(close)
+        # HTTP/1.0 (HAProxy's default check): answered as such, then closed
+        close = HTTP_1_0 if version == HTTP_1_0 else bool(close)
         label = _LABELS.get(path)
         if label is None:
-            return None
+            if path in KLEIN_PATHS or not _PLAIN_PATH.fullmatch(path):
+                return None
+            # no such route: Klein's 404 without loading Klein (a browser's
+            # /favicon.ico, a mistyped path, a scanner)
+            status, tail = wire.parts(EMPTY_404, is_head, close)
+            return (_FIXED, ("other", 404), status, tail, close)
         route = _REPLICA_PATHS.get(path)
         if route is not None:
             as_json = wants_json(accept)
@@ -448,8 +457,8 @@ class FastChannel(Protocol):
         status, tail = wire.parts(r, is_head, close)
         return (_FIXED, (label, r.status), status, tail, close)
 
-    def _counted(self, r: Response, label: str, is_head: bool, close: bool
-                 ) -> tuple[bytes, bool]:
+    def _counted(self, r: Response, label: str, is_head: bool, close: bool | bytes
+                 ) -> tuple[bytes, bool | bytes]:
         site = self.site
         site.renderer.count(label, r.status)
         status, tail = site.wire.parts(r, is_head, close)

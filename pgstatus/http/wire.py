@@ -11,6 +11,7 @@ Written as ``twisted.web`` writes them, without importing
 
 from __future__ import annotations
 
+import re
 import time
 from http import HTTPStatus
 from typing import Any
@@ -21,6 +22,9 @@ from twisted import copyright
 
 #: most bytes of memoised response bytes (and the responses they belong to)
 MAX_WIRE_BYTES = 1 << 20
+
+#: the ``close`` of an HTTP/1.0 request (see :meth:`Wire.parts`)
+HTTP_1_0 = b"HTTP/1.0"
 
 #: ``twisted.web.server.version``
 SERVER_VERSION = b"TwistedWeb/" + copyright.version.encode("ascii")
@@ -69,9 +73,14 @@ class Wire:
         self.view = None
         self._held = 0
 
-    def parts(self, r: Response, head_only: bool, close: bool) -> tuple[bytes, bytes]:
+    def parts(self, r: Response, head_only: bool, close: bool | bytes) -> tuple[bytes, bytes]:
         """
         The status line and the rest of the response after ``Date``.
+
+        :param close: ``True`` for an HTTP/1.1 request that closes the
+            connection (``Connection: close``), :data:`HTTP_1_0` for an
+            HTTP/1.0 request (answered as HTTP/1.0, always closed, no
+            ``Connection`` header, as twisted.web does).
         """
         if not (head_only or close):
             # the common case, keyed by the response alone (identity hash)
@@ -81,7 +90,7 @@ class Wire:
             return got
         return self._parts(r, head_only, close)
 
-    def _parts(self, r: Response, head_only: bool, close: bool) -> tuple[bytes, bytes]:
+    def _parts(self, r: Response, head_only: bool, close: bool | bytes) -> tuple[bytes, bytes]:
         key = (r, head_only, close)
         got = self._memo.get(key)
         if got is None:
@@ -92,8 +101,9 @@ class Wire:
                 self.heads.clear()
                 self._held = 0
             self._held += size
-            head = [b"HTTP/1.1 %d %s\r\n" % (r.status, reason(r.status))]
-            if close:
+            version = HTTP_1_0 if close == HTTP_1_0 else b"HTTP/1.1"
+            head = [b"%s %d %s\r\n" % (version, r.status, reason(r.status))]
+            if close is True:
                 head.append(b"Connection: close\r\n")
             head.append(_SERVER)
             tail = []
@@ -177,6 +187,13 @@ _HEADER_LENGTHS = frozenset(len(n) for n in (b"accept", b"connection", *_NOT_FAS
 #: the metrics label of every path the fast path answers
 _LABELS = {p: p[1:].decode() for p in (
     b"/master", b"/hosts", b"/status", b"/live", b"/ready", b"/version", *_REPLICA_PATHS)}
+#: the paths only Klein serves (a test checks these and the above are all
+#: of its routes): any other plain path is answered 404 by the fast path
+KLEIN_PATHS = frozenset((b"/openapi.json", b"/metrics", b"/follow", b"/follow/check"))
+#: a path the router cannot read otherwise than as it is: segments of
+#: unreserved characters, none empty or starting with a dot (no percent
+#: escapes, no ``//``, ``.`` or ``..``, no trailing slash but the root's)
+_PLAIN_PATH = re.compile(rb"/|(?:/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+")
 
 # What a request head asks for (memoised in Wire.heads):
 #: (_FIXED, counter key, status line, rest after Date, close): the same

@@ -189,7 +189,7 @@ def run_daemon(site: str, paths: list[str], tmp_path,
 
 
 FAST_PATHS = ["/master", "/hosts", "/replica?min_lsn=0/1", "/status?host=127.0.0.1",
-              "/version", "/live"]
+              "/version", "/live", "/favicon.ico"]
 
 
 def test_daemon_start_and_fast_path_import_only_what_they_use(daemon_site, tmp_path):

@@ -57,6 +57,11 @@ PATHS = [
     "/replica?&&==&", "/replica?lag_ms", "/status?host=pg-2&host=pg-1", "/replica?lag_ms=9" * 1,
     "/sync_by_time?lag_ms=" + "9" * 30, "/status?host=pg%2D2", "/replica?key=abc",
     "/replica?key=", "/sync_by_time?key=s1&lag_ms=100000", "/most_sync_by_bytes?key=z",
+    # no such route (the fast path answers 404 for plain paths) or a route
+    # only Klein serves, or a path it must leave to Klein's router
+    "/favicon.ico", "/a/b", "/nope?x=1", "/~x-y_z.1", "/MASTER", "/.well-known/x", "//master",
+    "/master/.", "/a//b", "/metrics", "/openapi.json", "/follow", "/follow/check",
+    "/follow/check?index=0",
 ]
 
 
@@ -94,6 +99,11 @@ def sites(reactor):
 
 
 def requests_for(path: str) -> list[bytes]:
+    """
+    GET and HEAD with three Accept variants over HTTP/1.1 (closing), and
+    HTTP/1.0 as HAProxy's ``option httpchk`` sends it (no Host), with JSON
+    asked for, and asking to keep the connection (which twisted.web closes).
+    """
     out = []
     for method in (b"GET", b"HEAD"):
         for accept in (None, b"application/json", b"text/html, application/json;q=0.5"):
@@ -101,6 +111,9 @@ def requests_for(path: str) -> list[bytes]:
             if accept:
                 head += b"Accept: " + accept + b"\r\n"
             out.append(head + b"Connection: close\r\n\r\n")
+        old = b"%s %s HTTP/1.0\r\n" % (method, path.encode())
+        out += [old + b"\r\n", old + b"Accept: application/json\r\n\r\n",
+                old + b"Connection: keep-alive\r\n\r\n"]
     return out
 
 
@@ -113,7 +126,66 @@ def test_fast_path_bytes_equal_klein(sites, ready):
             a = yield threads.deferToThread(raw_request, fast, req)
             b = yield threads.deferToThread(raw_request, slow, req)
             assert a == b, (req, a, b)
-            assert a.startswith(b"HTTP/1.1 ")
+            assert a.startswith(req.split(b"\r\n", 1)[0].rsplit(b" ", 1)[1] + b" ")
+
+
+@pytest_twisted.inlineCallbacks
+def test_no_such_route_and_http_1_0_leave_klein_unloaded(reactor):
+    """
+    A plain path with no route (a browser's ``/favicon.ico``, a typo) and
+    HTTP/1.0 requests (HAProxy's default check) are answered without
+    building Klein's resource: the first such request would otherwise
+    import Klein and twisted.web's server (about 100 ms of CPU in one go
+    here).  Paths Klein's router could read as another route, and Klein's
+    own routes, still go to it.
+    """
+    built = []
+
+    def resource():
+        built.append(True)
+        return StatusAPI(lambda: view(), CONFIG, "9.9.9").resource()
+
+    api = StatusAPI(lambda: view(), CONFIG, "9.9.9")
+    site = FastSite(resource, api.renderer, reactor)
+    port = listen_tcp(reactor, 0, site, interface="127.0.0.1")
+    try:
+        number = port.getHost().port
+        for req in (b"GET /favicon.ico HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    b"HEAD / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                    b"GET /master HTTP/1.0\r\n\r\n",
+                    b"GET /replica?lag_ms=100 HTTP/1.0\r\n\r\n",
+                    b"GET /nope HTTP/1.0\r\n\r\n"):
+            answer = yield threads.deferToThread(raw_request, number, req)
+            assert answer.split(b" ", 2)[1] in (b"200", b"404"), answer
+        assert built == []
+        assert api.renderer.requests[("other", 404)] == 3
+        answer = yield threads.deferToThread(
+            raw_request, number, b"GET /mas%74er HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200 ") and built == [True]
+    finally:
+        yield port.stopListening()
+
+
+def test_klein_routes_are_the_fast_paths_and_klein_paths():
+    """
+    Every route of the Klein application is a path the fast path answers or
+    one of :data:`~pgstatus.http.wire.KLEIN_PATHS`; the fast path answers 404
+    for any other plain path, so a route added to Klein only must be added
+    there.
+    """
+    from pgstatus.http.params import REPLICA_ROUTES
+    from pgstatus.http.webapp import app
+    from pgstatus.http.wire import _LABELS, KLEIN_PATHS
+
+    paths = set()
+    for rule in app.url_map.iter_rules():
+        if "<" in rule.rule:
+            assert rule.rule.endswith(":route>"), rule.rule
+            paths |= {f"/{r}" for r in REPLICA_ROUTES}
+        else:
+            paths.add(rule.rule)
+    assert paths == {p.decode() for p in (*_LABELS, *KLEIN_PATHS)}
+    assert not set(_LABELS) & KLEIN_PATHS
 
 
 @pytest_twisted.inlineCallbacks
