@@ -44,6 +44,8 @@ DEFERRED = ("http.cookiejar", "pdb", "argparse", "difflib", "pprint", "random",
 
 #: one lock per deferred module, held while it loads
 _locks: dict[str, threading.RLock] = {}
+#: deferred modules whose code is running now
+_loading: set[str] = set()
 
 
 class DeferredModule(types.ModuleType):
@@ -51,32 +53,39 @@ class DeferredModule(types.ModuleType):
     Stands in ``sys.modules`` for a module not loaded yet.  The first read of
     an attribute it lacks loads the module into this very object (as
     :class:`importlib.util.LazyLoader` does), so every reference, old or
-    new, is the one real module from then on.
+    new, is the one real module from then on.  Another thread reading it
+    meanwhile waits until the module's code has run.
     """
 
     def __getattr__(self, attr: str) -> object:
         load(self)
+        if type(self) is DeferredModule:
+            # read while its code runs, in the thread running it (a circular
+            # import): missing, as in any module being imported
+            raise AttributeError(
+                f"partially initialized module {self.__name__!r} has no attribute {attr!r}")
         return getattr(self, attr)
 
 
 def load(module: types.ModuleType) -> types.ModuleType:
     """
     Run the code of deferred ``module`` in it, once; a plain module is
-    returned as it is.
+    returned as it is.  The placeholder stays a placeholder until the code
+    has run, so that other threads wait for the lock rather than read a
+    half-made module.
     """
-    lock = _locks.get(module.__name__)
+    name = module.__name__
+    lock = _locks.get(name)
     if lock is None:
         return module
     with lock:
-        if type(module) is DeferredModule:
-            # a plain module from here on: while its code runs, a missing
-            # attribute is an AttributeError, as in any module being imported
-            module.__class__ = types.ModuleType
+        if type(module) is DeferredModule and name not in _loading:
+            _loading.add(name)
             try:
                 module.__spec__.loader.exec_module(module)  # type: ignore[union-attr]
-            except BaseException:
-                module.__class__ = DeferredModule
-                raise
+            finally:
+                _loading.discard(name)
+            module.__class__ = types.ModuleType
     return module
 
 

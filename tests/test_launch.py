@@ -98,6 +98,43 @@ def test_a_failed_load_can_be_retried() -> None:
     assert out.splitlines() == ["DeferredModule", "[1] module 2"]
 
 
+def test_another_thread_waits_for_the_load(tmp_path) -> None:
+    """
+    While one thread runs a deferred module's code, another that reads it
+    waits and gets the loaded module (not a half-made one); the module's own
+    code reading itself meanwhile gets what a module being imported gives.
+    """
+    (tmp_path / "slowmod.py").write_text(
+        "import sys, time\n"
+        "EARLY = 1\n"
+        "me = sys.modules[__name__]\n"
+        "try:\n"
+        "    me.LATE\n"
+        "except AttributeError as e:\n"
+        "    SELF_READ = str(e)\n"
+        "time.sleep(0.5)\n"
+        "LATE = 2\n")
+    out = run_python(
+        "import sys, threading, time\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from pgstatus.launch import defer\n"
+        "defer('slowmod')\n"
+        "import slowmod\n"
+        "got = {}\n"
+        "def read(key, attr):\n"
+        "    try:\n"
+        "        got[key] = getattr(slowmod, attr)\n"
+        "    except Exception as e:\n"
+        "        got[key] = repr(e)\n"
+        "a = threading.Thread(target=read, args=('a', 'EARLY'))\n"
+        "b = threading.Thread(target=read, args=('b', 'LATE'))\n"
+        "a.start(); time.sleep(0.2); b.start(); a.join(); b.join()\n"
+        "print(got['a'], got['b'], type(slowmod).__name__)\n"
+        "print(slowmod.SELF_READ)\n")
+    assert out.splitlines() == [
+        "1 2 module", "partially initialized module 'slowmod' has no attribute 'LATE'"]
+
+
 def test_a_module_already_imported_is_left_alone() -> None:
     out = run_python(
         "import sys, pdb\n"

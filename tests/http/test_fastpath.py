@@ -156,7 +156,9 @@ def test_no_such_route_and_http_1_0_leave_klein_unloaded(reactor):
                     b"GET /replica?lag_ms=100 HTTP/1.0\r\n\r\n",
                     b"GET /nope HTTP/1.0\r\n\r\n"):
             answer = yield threads.deferToThread(raw_request, number, req)
-            assert answer.split(b" ", 2)[1] in (b"200", b"404"), answer
+            version = req.split(b"\r\n", 1)[0].rsplit(b" ", 1)[1]
+            assert answer.split(b" ", 2)[:2] in ([version, b"200"], [version, b"404"]), answer
+            assert (b"Connection: close" in answer) == (version == b"HTTP/1.1"), answer
         assert built == []
         assert api.renderer.requests[("other", 404)] == 3
         answer = yield threads.deferToThread(
