@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IHostResolution, IResolutionReceiver
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -42,6 +43,9 @@ _PASSWORD_ASSIGNMENT = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.
 
 #: how long a reduced query is used after a permission error
 FULL_QUERY_RETRY = 300.0
+#: after an abort whose wait could not be cancelled, how long before the
+#: probe fails the wait itself if nothing else has
+ABORT_GRACE = 0.001
 
 
 class CheckFailed(Exception):
@@ -156,7 +160,15 @@ class PostgresProbe:
         pending, self._pending = self._pending, None
         self._close_conn()
         if pending is not None and not pending.called:
-            pending.cancel()
+            try:
+                pending.cancel()
+            except Exception:
+                # txpostgres's canceller: it asks libpq to cancel on the
+                # connection closed above, which raises.  That happens when a
+                # poll failed just before: txpostgres then fails the wait at
+                # its next reactor turn (closing did not, having nothing left
+                # to fail).  Whatever happens, the wait ends just after.
+                self._reactor.callLater(ABORT_GRACE, _fail_if_waiting, pending)
 
     def close(self) -> None:
         """
@@ -371,6 +383,14 @@ class PostgresProbe:
         answered = isinstance(e, libpq.Error) and e.pgcode is not None
         return CheckFailed("validate_result" if answered else "consume_input",
                            _describe(e, self._config))
+
+
+def _fail_if_waiting(d: Deferred[Any]) -> None:
+    """
+    Fail ``d`` as aborted unless it has fired.
+    """
+    if not d.called:
+        d.errback(ConnectionDone("aborted"))
 
 
 def _used_tls_or_password(conn: Any) -> bool:
