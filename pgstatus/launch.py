@@ -36,11 +36,11 @@ from collections.abc import Sequence
 #: Twisted's plugin cache brings in (argparse, difflib, pprint), for
 #: reconnecting client factories (random), by zipfile for Twisted's zip paths
 #: (shutil, bz2, lzma), by linecache for source lines in tracebacks
-#: (tokenize), by traceback (textwrap), twistd's log files (glob), dataclasses
-#: (copy) and subprocess (locale).  Measured: 2.7 % of the start's CPU.
+#: (tokenize), by traceback (textwrap), dataclasses (copy) and subprocess
+#: (locale).  Measured: 2.7 % of the start's CPU.  (Not ``glob``, which
+#: twistd's log files import: Python 3.13's pathlib uses it at once.)
 DEFERRED = ("http.cookiejar", "pdb", "argparse", "difflib", "pprint", "random",
-            "shutil", "bz2", "lzma", "tokenize", "textwrap", "glob", "copy",
-            "locale")
+            "shutil", "bz2", "lzma", "tokenize", "textwrap", "copy", "locale")
 
 #: one lock per deferred module, held while it loads
 _locks: dict[str, threading.RLock] = {}
