@@ -106,6 +106,7 @@ def test_another_thread_waits_for_the_load(tmp_path) -> None:
     """
     (tmp_path / "slowmod.py").write_text(
         "import sys, time\n"
+        "sys.modules['__main__'].loading.set()\n"
         "EARLY = 1\n"
         "me = sys.modules[__name__]\n"
         "try:\n"
@@ -115,7 +116,7 @@ def test_another_thread_waits_for_the_load(tmp_path) -> None:
         "time.sleep(0.5)\n"
         "LATE = 2\n")
     out = run_python(
-        "import sys, threading, time\n"
+        "import sys, threading\n"
         f"sys.path.insert(0, {str(tmp_path)!r})\n"
         "from pgstatus.launch import defer\n"
         "defer('slowmod')\n"
@@ -126,9 +127,12 @@ def test_another_thread_waits_for_the_load(tmp_path) -> None:
         "        got[key] = getattr(slowmod, attr)\n"
         "    except Exception as e:\n"
         "        got[key] = repr(e)\n"
+        "loading = threading.Event()\n"
         "a = threading.Thread(target=read, args=('a', 'EARLY'))\n"
         "b = threading.Thread(target=read, args=('b', 'LATE'))\n"
-        "a.start(); time.sleep(0.2); b.start(); a.join(); b.join()\n"
+        "a.start()\n"
+        "assert loading.wait(10)  # a runs the module's code, which takes 0.5 s\n"
+        "b.start(); a.join(); b.join()\n"
         "print(got['a'], got['b'], type(slowmod).__name__)\n"
         "print(slowmod.SELF_READ)\n")
     assert out.splitlines() == [
