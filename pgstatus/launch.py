@@ -46,6 +46,12 @@ DEFERRED = ("http.cookiejar", "pdb", "argparse", "difflib", "pprint", "random",
             "shutil", "bz2", "lzma", "tokenize", "textwrap", "copy", "locale",
             "twisted.internet.unix")
 
+#: deferred modules that import a C extension the interpreter may be built
+#: without: deferred only where that extension exists, so that on such a
+#: Python ``import bz2`` still fails at once (zipfile, for one, tests for it
+#: with ``try: import bz2``) rather than at first use
+EXTENSIONS = {"bz2": "_bz2", "lzma": "_lzma"}
+
 #: one lock per deferred module, held while it loads
 _locks: dict[str, threading.RLock] = {}
 #: deferred modules whose code is running now
@@ -96,9 +102,13 @@ def load(module: types.ModuleType) -> types.ModuleType:
 def defer(name: str) -> None:
     """
     Put a :class:`DeferredModule` in place of ``name`` unless it is imported
-    already.
+    already, cannot be found, or lacks the C extension it needs
+    (:data:`EXTENSIONS`).
     """
     if name in sys.modules:
+        return
+    extension = EXTENSIONS.get(name)
+    if extension is not None and importlib.util.find_spec(extension) is None:
         return
     spec = importlib.util.find_spec(name)
     if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):

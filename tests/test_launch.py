@@ -73,6 +73,28 @@ def test_deferred_module_loads_at_first_use() -> None:
                                 "True pdb module", "True"]
 
 
+def test_module_without_its_extension_is_not_deferred(tmp_path) -> None:
+    """
+    On a Python built without a module's C extension (``_bz2``, ``_lzma``)
+    the module is left alone, so that importing it fails at once, as the
+    ``try: import bz2`` in zipfile expects; with the extension it is
+    deferred.
+    """
+    (tmp_path / "optcomp.py").write_text("import _optcomp_missing\n")
+    out = run_python(
+        "import sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from pgstatus import launch\n"
+        "launch.EXTENSIONS['optcomp'] = '_optcomp_missing'\n"
+        "launch.defer('optcomp'); launch.defer('bz2')\n"
+        "print('optcomp' in sys.modules, type(sys.modules['bz2']).__name__)\n"
+        "try:\n"
+        "    import optcomp\n"
+        "except ImportError as e:\n"
+        "    print(e.name)\n")
+    assert out.splitlines() == ["False DeferredModule", "_optcomp_missing"]
+
+
 def test_a_failed_load_can_be_retried() -> None:
     """
     A module whose code fails stays deferred and loads at the next read.
