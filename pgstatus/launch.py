@@ -145,10 +145,18 @@ def main(args: Sequence[str] | None = None) -> None:
     for name in DEFERRED:
         defer(name)
     sys.argv = twistd_argv(sys.argv[1:] if args is None else args)
-    from twisted.application import app
+    from twisted.python import usage
     from twisted.scripts.twistd import runApp
 
-    app.run(runApp, options_class())
+    # twisted.application.app.run, with errors under this command's name
+    config = options_class()()
+    try:
+        config.parseOptions(sys.argv[1:])
+    except usage.error as e:
+        print(config)
+        print(f"pg-status: {e}")
+        sys.exit(1)
+    runApp(config)
 
 
 def options_class() -> type:
@@ -170,7 +178,22 @@ def options_class() -> type:
         return list(getPlugins(interface, package))
 
     class Options(ServerOptions):
+        synopsis = "Usage: pg-status [options]"
+        longdesc = (
+            "Runs pg-status in the foreground, as twistd --nodaemon --pidfile= "
+            "[options] pgstatus does. The options are twistd's; the service "
+            "itself is configured by pg_status__* environment variables (see "
+            "the README).")
         _getPlugins = staticmethod(plugins)
+
+        def opt_version(self) -> None:
+            """
+            Print version information and exit.
+            """
+            from pgstatus import __version__
+
+            print(f"pg-status {__version__}")
+            super().opt_version()
 
     return Options
 

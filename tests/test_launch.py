@@ -170,6 +170,35 @@ def test_a_module_already_imported_is_left_alone() -> None:
     assert out == "module"
 
 
+def test_help_version_and_bad_options_name_the_command() -> None:
+    """
+    ``pg-status --help`` and ``--version`` speak of pg-status (its version
+    first, then twistd's), and an unknown option exits 1 with a message
+    under the command's own name, not twistd's internal command line.
+    """
+    env = dict(os.environ, PYTHONPATH=ROOT)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pgstatus.launch", *args], env=env,
+                              capture_output=True, text=True, timeout=60, cwd="/")
+
+    from pgstatus import __version__
+
+    helped = run("--help")
+    assert helped.returncode == 0, helped
+    assert helped.stdout.startswith("Usage: pg-status [options]\n")
+    assert "pg_status__* environment variables" in helped.stdout
+    versioned = run("--version")
+    assert versioned.returncode == 0, versioned
+    first, second = versioned.stdout.splitlines()[:2]
+    assert first == f"pg-status {__version__}"
+    assert second.startswith("twistd (the Twisted daemon) ")
+    bad = run("-x")
+    assert bad.returncode == 1, bad
+    assert bad.stdout.splitlines()[-1] == "pg-status: option -x not recognized"
+    assert "server started" not in bad.stdout + bad.stderr
+
+
 def test_configuration_error_exits_as_twistd_does() -> None:
     """
     ``pg-status`` with a bad variable exits with twistd's status (2) and the
