@@ -95,6 +95,53 @@ def test_module_without_its_extension_is_not_deferred(tmp_path) -> None:
     assert out.splitlines() == ["False DeferredModule", "_optcomp_missing"]
 
 
+def test_partial_package_gives_its_names_and_loads_the_rest_at_first_use() -> None:
+    """
+    ``asyncio`` deferred: the three names ``twisted.internet.defer`` imports
+    come from their submodules at once, without the package's event
+    loops; any other read runs the package in the placeholder, after
+    which asyncio and Deferred's bridges to it work, and the early names
+    are the package's own.
+    """
+    out = run_python(
+        "import sys\n"
+        "from pgstatus.launch import defer\n"
+        "defer('asyncio')\n"
+        "from asyncio import AbstractEventLoop, Future, iscoroutine\n"
+        "from twisted.internet.defer import Deferred\n"
+        "import asyncio\n"
+        "print(type(asyncio).__name__, 'asyncio.base_events' in sys.modules,\n"
+        "      'asyncio.unix_events' in sys.modules)\n"
+        "async def main():\n"
+        "    d = Deferred()\n"
+        "    f = d.asFuture(asyncio.get_running_loop())\n"
+        "    d.callback(5)\n"
+        "    back = Deferred.fromFuture(asyncio.ensure_future(asyncio.sleep(0, 7)))\n"
+        "    return await f, await back.asFuture(asyncio.get_running_loop())\n"
+        "print(asyncio.run(main()), type(asyncio).__name__)\n"
+        "print(Future is asyncio.Future, AbstractEventLoop is asyncio.AbstractEventLoop,\n"
+        "      iscoroutine is asyncio.iscoroutine, 'run' in asyncio.__all__,\n"
+        "      sys.modules['asyncio'] is asyncio)\n")
+    assert out.splitlines() == ["DeferredModule False False", "(5, 7) module",
+                                "True True True True True"]
+
+
+def test_partial_package_that_fails_is_left_to_the_usual_import() -> None:
+    """
+    If a name cannot be given (a Python whose package differs), the package
+    is not deferred at all, and its submodules are imported afresh with it.
+    """
+    out = run_python(
+        "import sys\n"
+        "from pgstatus import launch\n"
+        "launch.PARTIAL['json'] = {'loads': 'decoder'}\n"
+        "launch.defer('json')\n"
+        "print('json' in sys.modules, 'json.decoder' in sys.modules)\n"
+        "import json, json.decoder\n"
+        "print(type(json).__name__, json.loads('[1]'), json.decoder is sys.modules['json.decoder'])\n")
+    assert out.splitlines() == ["False False", "module [1] True"]
+
+
 def test_a_failed_load_can_be_retried() -> None:
     """
     A module whose code fails stays deferred and loads at the next read.
