@@ -38,14 +38,17 @@ from collections.abc import Sequence
 #: Twisted's zip paths (shutil, bz2, lzma), by linecache for source lines in
 #: tracebacks (tokenize), by traceback (textwrap), dataclasses (copy) and
 #: subprocess (locale), the reactor's UNIX-socket support
-#: (twisted.internet.unix: finding it imports the ``twisted`` package), and
-#: most of ``asyncio`` (:data:`PARTIAL`).  Counted with callgrind: 2.6 %,
-#: 1.4 % and 4.1 % of the start's instructions.  (Not
+#: (twisted.internet.unix: finding it imports the ``twisted`` package), most
+#: of ``asyncio`` (:data:`PARTIAL`), and ``ssl``, which psycopg2 imports at
+#: start only to have Python set up libcrypto's locking callbacks, which
+#: only OpenSSL before 1.1 needed (Python 3.10 and later require 1.1.1 or
+#: newer); libpq speaks TLS through libssl itself.  Counted with callgrind: 2.6 %,
+#: 1.4 %, 4.1 % and 3.2 % of the start's instructions.  (Not
 #: ``glob``, which twistd's log files import: Python 3.13's pathlib uses it at
 #: once.)
 DEFERRED = ("http.cookiejar", "pdb", "argparse", "difflib", "pprint", "random",
             "shutil", "bz2", "lzma", "tokenize", "textwrap", "copy", "locale",
-            "twisted.internet.unix", "asyncio")
+            "twisted.internet.unix", "asyncio", "ssl")
 
 #: deferred packages of which Twisted reads a few names at import, given at
 #: once (name: the submodule that defines it) so that the rest of the package

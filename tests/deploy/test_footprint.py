@@ -115,8 +115,8 @@ def get(port: int, path: str, method: str = "GET") -> bytes:
     return data
 
 
-def run_daemon(site: str, paths: list[str], tmp_path,
-               launcher: bool = False) -> tuple[set[str], list[bytes]]:
+def run_daemon(site: str, paths: list[str], tmp_path, launcher: bool = False,
+               env_extra: dict[str, str] | None = None) -> tuple[set[str], list[bytes]]:
     """
     Start ``twistd -n pgstatus`` (or, with ``launcher``, the ``pg-status``
     command's ``main``) on the daemon's distributions only, wait until
@@ -138,6 +138,7 @@ def run_daemon(site: str, paths: list[str], tmp_path,
         "pg_status__http_listen_address": "127.0.0.1",
         "pg_status__http_port": str(port),
         "pg_status__log_level": "warning",
+        **(env_extra or {}),
     })
     out = tmp_path / "modules"
     code = ("import gc, signal, sys\n"
@@ -224,6 +225,8 @@ DEFERRED_AWAY = {"http.cookiejar", "urllib.request", "http.client", "email.parse
                  "textwrap", "copy", "locale", "twisted.internet.unix", "twisted.python.sendmsg",
                  # asyncio but for the three names twisted.internet.defer takes
                  "asyncio.base_events", "asyncio.unix_events", "asyncio.sslproto",
+                 # imported by psycopg2 for nothing since OpenSSL 1.1
+                 "ssl", "_ssl",
                  # no plugin discovery: Twisted's plugin cache would import
                  # twisted.trial's interfaces and unittest
                  "twisted.trial.itrial", "unittest", "twisted.plugins.twisted_web"}
@@ -259,3 +262,28 @@ def test_started_service_collects_again_with_start_up_frozen(daemon_site, tmp_pa
     enabled, frozen = collector_state(tmp_path)
     assert enabled
     assert frozen > 20_000, frozen
+
+
+@pytest.mark.pg
+def test_launcher_speaks_tls_to_postgresql_without_python_ssl(daemon_site, tmp_path,
+                                                             fresh_topology):
+    """
+    psycopg2 imports Python's ``ssl`` at start for nothing, and ``pg-status``
+    defers it: against a server with TLS and ``PGSSLMODE=verify-full``
+    (libpq verifies the certificate, or the connection fails) the service
+    reports the master, with ``ssl`` still not loaded.
+    """
+    from monitor.test_tls import enable_ssl, make_cert
+
+    topo = fresh_topology(0)
+    node = topo.primary
+    cert, key = make_cert(topo.base_dir)
+    enable_ssl(node, cert, key)
+    env = {**topo.hosts_env(), "pg_status__hosts": "localhost",
+           "pg_status__pg_port": str(node.port), "PGSSLMODE": "verify-full",
+           "PGSSLROOTCERT": cert}
+    modules, answers = run_daemon(daemon_site, ["/master", "/hosts"], tmp_path,
+                                  launcher=True, env_extra=env)
+    assert answers[0].startswith(b"HTTP/1.1 200") and answers[0].endswith(b"\r\n\r\nlocalhost")
+    assert "ssl" not in modules and "_ssl" not in modules
+    assert "psycopg2._psycopg" in modules
