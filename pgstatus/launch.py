@@ -30,25 +30,38 @@ import threading
 import types
 from collections.abc import Sequence
 
-#: modules (all but one from the standard library) imported at start but used
-#: by no code path of a running service's start and fast path: for a
-#: deprecated alias (http.cookiejar), for twistd's --debug (pdb), by the
-#: unittest package that Twisted's plugin cache brings in (argparse, difflib,
-#: pprint), for reconnecting client factories (random), by zipfile for
-#: Twisted's zip paths (shutil, bz2, lzma), by linecache for source lines in
-#: tracebacks (tokenize), by traceback (textwrap), dataclasses (copy) and
-#: subprocess (locale), the reactor's UNIX-socket support
-#: (twisted.internet.unix: finding it imports the ``twisted`` package), most
-#: of ``asyncio`` (:data:`PARTIAL`), and ``ssl``, which psycopg2 imports at
-#: start only to have Python set up libcrypto's locking callbacks, which
-#: only OpenSSL before 1.1 needed (Python 3.10 and later require 1.1.1 or
-#: newer); libpq speaks TLS through libssl itself.  Counted with callgrind: 2.6 %,
-#: 1.4 %, 4.1 % and 3.2 % of the start's instructions.  (Not
-#: ``glob``, which twistd's log files import: Python 3.13's pathlib uses it at
-#: once.)
+#: modules imported at start but used by no code path of a running
+#: service's start and fast path (the footprint tests check it), with what
+#: each placeholder saved of the start's instructions (callgrind):
+#:
+#: - 2.6 %: ``http.cookiejar`` (a deprecated alias in twisted.python.compat;
+#:   it brings urllib.request, http.client and email), ``pdb`` (twistd's
+#:   --debug), ``argparse``, ``difflib`` and ``pprint`` (unittest, which
+#:   Twisted's plugin cache brings in), ``random`` (reconnecting client
+#:   factories), ``shutil``, ``bz2`` and ``lzma`` (zipfile, for Twisted's
+#:   zip paths), ``tokenize`` (linecache), ``textwrap`` (traceback),
+#:   ``copy`` (dataclasses) and ``locale`` (subprocess);
+#: - 1.4 %: the reactor's UNIX-socket support, ``twisted.internet.unix``
+#:   (finding it imports the ``twisted`` package);
+#: - 4.1 %: most of ``asyncio`` (:data:`PARTIAL`);
+#: - 3.2 %: ``ssl``, which psycopg2 imports only to have Python set up
+#:   libcrypto's locking callbacks, which only OpenSSL before 1.1 needed
+#:   (Python 3.10 and later require 1.1.1 or newer); libpq speaks TLS through
+#:   libssl itself;
+#: - 1.6 %: ``grp`` (twistd's --uid), ``getpass`` (encrypted .tap files),
+#:   ``twisted.python.logfile`` (--logfile), ``twisted.internet.udp``,
+#:   ``pty`` (child processes on a terminal), and ``binascii``, ``fnmatch``
+#:   and ``ntpath``, which pathlib and base64 import for functions that
+#:   Twisted's file paths do not call at start.
+#:
+#: (Not ``glob``, which twistd's log files import: Python 3.13's pathlib uses
+#: it at once.  Not ``ipaddress``, ``twisted.internet.process`` or
+#: ``twisted.persisted.sob``, which the started service uses.)
 DEFERRED = ("http.cookiejar", "pdb", "argparse", "difflib", "pprint", "random",
             "shutil", "bz2", "lzma", "tokenize", "textwrap", "copy", "locale",
-            "twisted.internet.unix", "asyncio", "ssl")
+            "twisted.internet.unix", "asyncio", "ssl",
+            "grp", "getpass", "twisted.python.logfile", "twisted.internet.udp", "pty",
+            "binascii", "fnmatch", "ntpath")
 
 #: deferred packages of which Twisted reads a few names at import, given at
 #: once (name: the submodule that defines it) so that the rest of the package
@@ -125,6 +138,9 @@ def defer(name: str) -> None:
     if extension is not None and importlib.util.find_spec(extension) is None:
         return
     spec = importlib.util.find_spec(name)
+    # finding a submodule imports its package, which may import it
+    if name in sys.modules:
+        return
     if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
         return
     # a plain module while PARTIAL's submodules load: their own ``from .

@@ -224,12 +224,24 @@ DEFERRED_AWAY = {"http.cookiejar", "urllib.request", "http.client", "email.parse
                  "argparse", "difflib", "pprint", "random", "shutil", "bz2", "lzma", "tokenize",
                  "textwrap", "copy", "locale", "twisted.internet.unix", "twisted.python.sendmsg",
                  # asyncio but for the three names twisted.internet.defer takes
-                 "asyncio.base_events", "asyncio.unix_events", "asyncio.sslproto",
+                 "asyncio", "asyncio.base_events", "asyncio.unix_events", "asyncio.sslproto",
                  # imported by psycopg2 for nothing since OpenSSL 1.1
                  "ssl", "_ssl",
+                 "grp", "binascii", "twisted.python.logfile", "twisted.internet.udp", "getpass",
+                 "fnmatch", "ntpath", "pty",
                  # no plugin discovery: Twisted's plugin cache would import
                  # twisted.trial's interfaces and unittest
                  "twisted.trial.itrial", "unittest", "twisted.plugins.twisted_web"}
+
+
+def test_every_deferred_module_is_checked():
+    """
+    Each module the launcher defers is one the test below checks stays
+    unloaded through a start and the fast path.
+    """
+    from pgstatus.launch import DEFERRED
+
+    assert sorted(set(DEFERRED) - DEFERRED_AWAY) == []
 
 
 def test_launcher_serves_without_the_deferred_modules(daemon_site, tmp_path):
