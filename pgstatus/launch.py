@@ -24,6 +24,7 @@ run the service (and the only one that daemonizes).
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.util
 import sys
 import threading
@@ -48,20 +49,20 @@ from collections.abc import Sequence
 #:   libcrypto's locking callbacks, which only OpenSSL before 1.1 needed
 #:   (Python 3.10 and later require 1.1.1 or newer); libpq speaks TLS through
 #:   libssl itself;
-#: - 1.6 %: ``grp`` (twistd's --uid), ``getpass`` (encrypted .tap files),
-#:   ``twisted.python.logfile`` (--logfile), ``twisted.internet.udp``,
-#:   ``pty`` (child processes on a terminal), and ``binascii``, ``fnmatch``
-#:   and ``ntpath``, which pathlib and base64 import for functions that
-#:   Twisted's file paths do not call at start.
+#: - 1.6 %: ``getpass`` (encrypted .tap files), ``twisted.python.logfile``
+#:   (--logfile), ``twisted.internet.udp``, ``pty`` (child processes on a
+#:   terminal), and ``fnmatch`` and ``ntpath``, which pathlib imports for
+#:   functions that Twisted's file paths do not call at start.
 #:
 #: (Not ``glob``, which twistd's log files import: Python 3.13's pathlib uses
 #: it at once.  Not ``ipaddress``, ``twisted.internet.process`` or
-#: ``twisted.persisted.sob``, which the started service uses.)
+#: ``twisted.persisted.sob``, which the started service uses.  Not extension
+#: modules such as ``grp`` or ``binascii``, which :func:`defer` leaves alone.)
 DEFERRED = ("http.cookiejar", "pdb", "argparse", "difflib", "pprint", "random",
             "shutil", "bz2", "lzma", "tokenize", "textwrap", "copy", "locale",
             "twisted.internet.unix", "asyncio", "ssl",
-            "grp", "getpass", "twisted.python.logfile", "twisted.internet.udp", "pty",
-            "binascii", "fnmatch", "ntpath")
+            "getpass", "twisted.python.logfile", "twisted.internet.udp", "pty", "fnmatch",
+            "ntpath")
 
 #: deferred packages of which Twisted reads a few names at import, given at
 #: once (name: the submodule that defines it) so that the rest of the package
@@ -76,7 +77,7 @@ PARTIAL = {"asyncio": {"AbstractEventLoop": "events", "Future": "futures",
 #: without: deferred only where that extension exists, so that on such a
 #: Python ``import bz2`` still fails at once (zipfile, for one, tests for it
 #: with ``try: import bz2``) rather than at first use
-EXTENSIONS = {"bz2": "_bz2", "lzma": "_lzma"}
+EXTENSIONS = {"bz2": "_bz2", "lzma": "_lzma", "ssl": "_ssl"}
 
 #: one lock per deferred module, held while it loads
 _locks: dict[str, threading.RLock] = {}
@@ -94,6 +95,13 @@ class DeferredModule(types.ModuleType):
     """
 
     def __getattr__(self, attr: str) -> object:
+        if _importing_submodule(self):
+            # ``from . import x`` in a submodule of this package being
+            # imported now (not one PARTIAL gave): running the package's
+            # code here would import that half-made submodule again; the
+            # import system imports x itself when x is missing
+            raise AttributeError(
+                f"deferred package {self.__name__!r} has no attribute {attr!r} yet")
         load(self)
         if type(self) is DeferredModule:
             # read while its code runs, in the thread running it (a circular
@@ -101,6 +109,21 @@ class DeferredModule(types.ModuleType):
             raise AttributeError(
                 f"partially initialized module {self.__name__!r} has no attribute {attr!r}")
         return getattr(self, attr)
+
+
+def _importing_submodule(package: types.ModuleType) -> bool:
+    """
+    Whether a direct submodule of ``package`` is being imported: in
+    ``sys.modules`` but not yet bound in the package, which the import
+    system does once the submodule's code has run.
+    """
+    if "__path__" not in vars(package):
+        return False
+    prefix = package.__name__ + "."
+    bound = vars(package)
+    return any(name.startswith(prefix) and "." not in name[len(prefix):]
+               and name[len(prefix):] not in bound
+               for name in list(sys.modules))
 
 
 def load(module: types.ModuleType) -> types.ModuleType:
@@ -142,6 +165,11 @@ def defer(name: str) -> None:
     if name in sys.modules:
         return
     if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+        return
+    if isinstance(spec.loader, (importlib.machinery.ExtensionFileLoader,
+                                importlib.machinery.BuiltinImporter)):
+        # made by the loader's create_module: its exec_module cannot fill a
+        # placeholder (what importlib.util.LazyLoader refuses too)
         return
     # a plain module while PARTIAL's submodules load: their own ``from .
     # import x`` must import x, not the whole package

@@ -126,6 +126,67 @@ def test_partial_package_gives_its_names_and_loads_the_rest_at_first_use() -> No
                                 "True True True True True"]
 
 
+def test_every_deferred_module_works_once_used() -> None:
+    """
+    With all of :data:`DEFERRED` in place, each deferred module loads
+    whole at its first use, and what Klein, twisted.web and the client
+    import (base64, http.cookiejar, email...) works.
+    """
+    out = run_python(
+        "import importlib, sys, types\n"
+        "from pgstatus.launch import DEFERRED, defer\n"
+        "for n in DEFERRED: defer(n)\n"
+        "import twisted.scripts.twistd\n"
+        "empty = []\n"
+        "for n in DEFERRED:\n"
+        "    m = importlib.import_module(n)\n"
+        "    getattr(m, '_not_there_', None)\n"
+        "    if type(m) is not types.ModuleType or not [k for k in vars(m) if k[:2] != '__']:\n"
+        "        empty.append(n)\n"
+        "import base64, twisted.web.server, klein, pgstatus.http.slowpath\n"
+        "from http.cookiejar import CookieJar\n"
+        "print(empty, base64.b64encode(b'ok').decode(), CookieJar.__module__)\n")
+    assert out == "[] b2s= http.cookiejar"
+
+
+def test_extension_modules_are_not_deferred() -> None:
+    """
+    An extension module (``grp``, ``binascii``) is made by its loader; a
+    placeholder could not be filled, so it is left to the usual import.
+    """
+    out = run_python(
+        "import sys\n"
+        "from pgstatus.launch import defer\n"
+        "defer('grp'); defer('binascii')\n"
+        "print('grp' in sys.modules, 'binascii' in sys.modules)\n"
+        "import grp, binascii\n"
+        "print(grp.getgrgid(0).gr_gid, binascii.hexlify(b'a'))\n")
+    assert out.splitlines() == ["False False", "0 b'61'"]
+
+
+def test_submodule_of_a_partial_package_imported_first() -> None:
+    """
+    Importing one of asyncio's other submodules before anything else
+    touches the package imports that submodule alone (its own ``from .
+    import`` lines do not run the package half-way); the package loads at
+    its first other use, around the submodules already there.
+    """
+    out = run_python(
+        "import sys\n"
+        "from pgstatus.launch import defer\n"
+        "defer('asyncio')\n"
+        "import asyncio.base_events, asyncio.tasks\n"
+        "import asyncio\n"
+        "print(type(asyncio).__name__)\n"
+        "async def main():\n"
+        "    return await asyncio.sleep(0, 3)\n"
+        "print(asyncio.run(main()), type(asyncio).__name__,\n"
+        "      asyncio.BaseEventLoop is sys.modules['asyncio.base_events'].BaseEventLoop,\n"
+        "      asyncio.base_events is sys.modules['asyncio.base_events'],\n"
+        "      asyncio.Task is sys.modules['asyncio.tasks'].Task)\n")
+    assert out.splitlines() == ["DeferredModule", "3 module True True True"]
+
+
 def test_partial_package_that_fails_is_left_to_the_usual_import() -> None:
     """
     If a name cannot be given (a Python whose package differs), the package
@@ -138,7 +199,8 @@ def test_partial_package_that_fails_is_left_to_the_usual_import() -> None:
         "launch.defer('json')\n"
         "print('json' in sys.modules, 'json.decoder' in sys.modules)\n"
         "import json, json.decoder\n"
-        "print(type(json).__name__, json.loads('[1]'), json.decoder is sys.modules['json.decoder'])\n")
+        "print(type(json).__name__, json.loads('[1]'),\n"
+        "      json.decoder is sys.modules['json.decoder'])\n")
     assert out.splitlines() == ["False False", "module [1] True"]
 
 

@@ -206,14 +206,19 @@ def test_daemon_start_and_fast_path_import_only_what_they_use(daemon_site, tmp_p
     assert sorted(modules & NOT_AT_START) == []
 
 
-def test_first_request_for_klein_loads_it_and_no_tls(daemon_site, tmp_path):
+@pytest.mark.parametrize("launcher", [False, True], ids=["twistd", "pg-status"])
+def test_first_request_for_klein_loads_it_and_no_tls(daemon_site, tmp_path, launcher):
     """
     A request only Klein answers (``/metrics``) loads Klein and twisted.web's
     server then (so the check above sees them when they are imported), and
-    still no TLS stack.
+    still no TLS stack; under ``pg-status`` too, whose deferred modules
+    (``http.cookiejar``, ``shutil``, ``random``...) then load as Klein,
+    werkzeug and twisted.web use them.
     """
-    modules, answers = run_daemon(daemon_site, ["/metrics", "/master"], tmp_path)
+    modules, answers = run_daemon(daemon_site, ["/metrics", "/master", "/openapi.json"],
+                                  tmp_path, launcher=launcher)
     assert answers[0].startswith(b"HTTP/1.1 200")
+    assert answers[2].startswith(b"HTTP/1.1 200")
     assert {"klein", "twisted.web.server", "pgstatus.http.webapp"} <= modules
     assert sorted(modules & TLS_STACK) == []
 
@@ -227,8 +232,8 @@ DEFERRED_AWAY = {"http.cookiejar", "urllib.request", "http.client", "email.parse
                  "asyncio", "asyncio.base_events", "asyncio.unix_events", "asyncio.sslproto",
                  # imported by psycopg2 for nothing since OpenSSL 1.1
                  "ssl", "_ssl",
-                 "grp", "binascii", "twisted.python.logfile", "twisted.internet.udp", "getpass",
-                 "fnmatch", "ntpath", "pty",
+                 "getpass", "twisted.python.logfile", "twisted.internet.udp", "pty", "fnmatch",
+                 "ntpath",
                  # no plugin discovery: Twisted's plugin cache would import
                  # twisted.trial's interfaces and unittest
                  "twisted.trial.itrial", "unittest", "twisted.plugins.twisted_web"}
