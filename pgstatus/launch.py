@@ -201,10 +201,19 @@ def defer(name: str) -> None:
         setattr(sys.modules[parent], child, placeholder)
 
 
+#: ``pg-status``'s own option: run as a daemon, as ``twistd pgstatus`` does
+DAEMON = "--daemon"
+
+
 def twistd_argv(args: Sequence[str]) -> list[str]:
     """
-    twistd's command line for ``pg-status [twistd options]``.
+    twistd's command line for ``pg-status [--daemon] [twistd options]``: in
+    the foreground without a pid file, or with ``--daemon`` (anywhere among
+    the options) as twistd runs by default, forked into the background with
+    a pid file.
     """
+    if DAEMON in args:
+        return ["twistd", *(a for a in args if a != DAEMON), "pgstatus"]
     return ["twistd", "--nodaemon", "--pidfile=", *args, "pgstatus"]
 
 
@@ -252,12 +261,13 @@ def options_class() -> type:
         return list(getPlugins(interface, package))
 
     class Options(ServerOptions):
-        synopsis = "Usage: pg-status [options]"
+        synopsis = "Usage: pg-status [--daemon] [options]"
         longdesc = (
             "Runs pg-status in the foreground, as twistd --nodaemon --pidfile= "
-            "[options] pgstatus does. The options are twistd's; the service "
-            "itself is configured by pg_status__* environment variables (see "
-            "the README).")
+            "[options] pgstatus does, or with --daemon in the background, as "
+            "twistd [options] pgstatus does. The other options are twistd's; "
+            "the service itself is configured by pg_status__* environment "
+            "variables (see the README).")
         _getPlugins = staticmethod(plugins)
 
         def opt_version(self) -> None:

@@ -25,6 +25,9 @@ def test_twistd_command_line() -> None:
     assert twistd_argv([]) == ["twistd", "--nodaemon", "--pidfile=", "pgstatus"]
     assert twistd_argv(["--logfile=x", "--umask=077"]) == [
         "twistd", "--nodaemon", "--pidfile=", "--logfile=x", "--umask=077", "pgstatus"]
+    assert twistd_argv(["--daemon", "--pidfile=/run/p.pid", "--syslog"]) == [
+        "twistd", "--pidfile=/run/p.pid", "--syslog", "pgstatus"]
+    assert twistd_argv(["--syslog", "--daemon"]) == ["twistd", "--syslog", "pgstatus"]
 
 
 def test_deferred_module_is_not_loaded_by_importing_it() -> None:
@@ -295,7 +298,7 @@ def test_help_version_and_bad_options_name_the_command() -> None:
 
     helped = run("--help")
     assert helped.returncode == 0, helped
-    assert helped.stdout.startswith("Usage: pg-status [options]\n")
+    assert helped.stdout.startswith("Usage: pg-status [--daemon] [options]\n")
     assert "pg_status__* environment variables" in helped.stdout
     versioned = run("--version")
     assert versioned.returncode == 0, versioned

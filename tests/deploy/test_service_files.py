@@ -35,7 +35,12 @@ def live(port: int) -> bool:
         return False
 
 
-def test_init_script_lifecycle(tmp_path) -> None:
+@pytest.mark.parametrize("command", ["twistd", "pg-status"])
+def test_init_script_lifecycle(tmp_path, command) -> None:
+    """
+    start, status, stop and status again, with the service run by twistd or
+    by the pg-status command (``--daemon``), daemonized with a pid file.
+    """
     port = free_port()
     defaults = tmp_path / "pg-status"
     defaults.write_text(
@@ -51,7 +56,7 @@ def test_init_script_lifecycle(tmp_path) -> None:
         "PATH": os.environ["PATH"],
         "PYTHONPATH": ROOT,
         "PGSTATUS_DEFAULTS_FILE": str(defaults),
-        "PGSTATUS_TWISTD": os.path.join(os.path.dirname(sys.executable), "twistd"),
+        "PGSTATUS_TWISTD": os.path.join(os.path.dirname(sys.executable), command),
         "PGSTATUS_PIDFILE": str(pidfile),
         "PGSTATUS_USER": user,
         "PGSTATUS_LOGFILE": str(logfile),
@@ -68,6 +73,9 @@ def test_init_script_lifecycle(tmp_path) -> None:
             time.sleep(0.1)
         pid = int(pidfile.read_text())
         os.kill(pid, 0)
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read().split(b"\0")
+        assert any(os.path.basename(a) == command.encode() for a in cmdline), cmdline
         out = run_init("status", env)
         assert out.returncode == 0, out
         # The daemon was orphaned by twistd's double fork; if this process is
