@@ -96,10 +96,10 @@ class DeferredModule(types.ModuleType):
 
     def __getattr__(self, attr: str) -> object:
         if _importing_submodule(self):
-            # ``from . import x`` in a submodule of this package being
-            # imported now (not one PARTIAL gave): running the package's
-            # code here would import that half-made submodule again; the
-            # import system imports x itself when x is missing
+            # ``from . import x`` in a submodule of this package that this
+            # thread is importing (not one PARTIAL gave): running the
+            # package's code here would import that half-made submodule
+            # again; the import system imports x itself when x is missing
             raise AttributeError(
                 f"deferred package {self.__name__!r} has no attribute {attr!r} yet")
         load(self)
@@ -113,17 +113,25 @@ class DeferredModule(types.ModuleType):
 
 def _importing_submodule(package: types.ModuleType) -> bool:
     """
-    Whether a direct submodule of ``package`` is being imported: in
-    ``sys.modules`` but not yet bound in the package, which the import
-    system does once the submodule's code has run.
+    Whether this thread is running the code of a direct submodule of
+    ``package`` that the package does not have yet (the import system binds
+    a submodule in its package once the submodule's code has run).  Frames
+    are per thread: another thread's import does not count, so a thread
+    reading the package while another loads it waits for the load.
     """
     if "__path__" not in vars(package):
         return False
     prefix = package.__name__ + "."
     bound = vars(package)
-    return any(name.startswith(prefix) and "." not in name[len(prefix):]
-               and name[len(prefix):] not in bound
-               for name in list(sys.modules))
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>":
+            name = frame.f_globals.get("__name__", "")
+            child = name[len(prefix):]
+            if name.startswith(prefix) and "." not in child and child not in bound:
+                return True
+        frame = frame.f_back
+    return False
 
 
 def load(module: types.ModuleType) -> types.ModuleType:

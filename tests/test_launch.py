@@ -273,6 +273,43 @@ def test_another_thread_waits_for_the_load(tmp_path) -> None:
         "1 2 module", "partially initialized module 'slowmod' has no attribute 'LATE'"]
 
 
+def test_another_thread_waits_for_a_package_load(tmp_path) -> None:
+    """
+    While one thread runs a deferred package's code, which is importing a
+    submodule of its own, another thread that reads the package waits for
+    the load rather than being told the attribute is missing.
+    """
+    pkg = tmp_path / "slowpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from . import early, slow\nVALUE = 1\n")
+    (pkg / "early.py").write_text("EARLY = 0\n")
+    (pkg / "slow.py").write_text(
+        "import sys, time\n"
+        "sys.modules['__main__'].loading.set()\n"
+        "time.sleep(0.5)\n")
+    out = run_python(
+        "import sys, threading\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from pgstatus import launch\n"
+        "launch.PARTIAL['slowpkg'] = {'EARLY': 'early'}\n"
+        "launch.defer('slowpkg')\n"
+        "import slowpkg\n"
+        "got = {}\n"
+        "def read(key):\n"
+        "    try:\n"
+        "        got[key] = slowpkg.VALUE\n"
+        "    except Exception as e:\n"
+        "        got[key] = repr(e)\n"
+        "loading = threading.Event()\n"
+        "a = threading.Thread(target=read, args=('a',))\n"
+        "b = threading.Thread(target=read, args=('b',))\n"
+        "a.start()\n"
+        "assert loading.wait(10)  # a is in slowpkg.slow's code, for 0.5 s\n"
+        "b.start(); a.join(); b.join()\n"
+        "print(got['a'], got['b'], type(slowpkg).__name__, slowpkg.EARLY)\n")
+    assert out == "1 1 module 0"
+
+
 def test_a_module_already_imported_is_left_alone() -> None:
     out = run_python(
         "import sys, pdb\n"
