@@ -218,12 +218,13 @@ DAEMON = "--daemon"
 def twistd_argv(args: Sequence[str]) -> list[str]:
     """
     twistd's command line for ``pg-status [--daemon] [twistd options]``: in
-    the foreground without a pid file, or with ``--daemon`` (anywhere among
-    the options) as twistd runs by default, forked into the background with
-    a pid file.
+    the foreground without a pid file, or with ``--daemon`` first (not
+    taken from among twistd's options, where it could be an option's
+    value) as twistd runs by default, forked into the background with a
+    pid file.
     """
-    if DAEMON in args:
-        return ["twistd", *(a for a in args if a != DAEMON), "pgstatus"]
+    if len(args) > 0 and args[0] == DAEMON:
+        return ["twistd", *args[1:], "pgstatus"]
     return ["twistd", "--nodaemon", "--pidfile=", *args, "pgstatus"]
 
 
@@ -274,7 +275,7 @@ def options_class() -> type:
         synopsis = "Usage: pg-status [--daemon] [options]"
         longdesc = (
             "Runs pg-status in the foreground, as twistd --nodaemon --pidfile= "
-            "[options] pgstatus does, or with --daemon in the background, as "
+            "[options] pgstatus does, or with --daemon (first) in the background, as "
             "twistd [options] pgstatus does. The other options are twistd's; "
             "the service itself is configured by pg_status__* environment "
             "variables (see the README).")

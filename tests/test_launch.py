@@ -27,7 +27,9 @@ def test_twistd_command_line() -> None:
         "twistd", "--nodaemon", "--pidfile=", "--logfile=x", "--umask=077", "pgstatus"]
     assert twistd_argv(["--daemon", "--pidfile=/run/p.pid", "--syslog"]) == [
         "twistd", "--pidfile=/run/p.pid", "--syslog", "pgstatus"]
-    assert twistd_argv(["--syslog", "--daemon"]) == ["twistd", "--syslog", "pgstatus"]
+    # only first: elsewhere it is left to twistd (e.g. an option's value)
+    assert twistd_argv(["--logfile", "--daemon"]) == [
+        "twistd", "--nodaemon", "--pidfile=", "--logfile", "--daemon", "pgstatus"]
 
 
 def test_deferred_module_is_not_loaded_by_importing_it() -> None:

@@ -12,6 +12,24 @@ from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.logger import Logger
 
 
+class CannotListen(SystemExit, Exception):
+    """
+    Ends the process with status 1 when a listener cannot bind.  A
+    ``SystemExit``, so that the foreground process exits quietly after its
+    critical log line; an ``Exception`` too, so that a daemonizing twistd
+    (``twistd pgstatus``, ``pg-status --daemon``), which binds after it has
+    forked, passes it to the waiting parent through its status pipe: the
+    parent then exits 1 with the message instead of waiting for ever.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(1)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class ListenerService(Service):
     """
     Listens on ``address``: an IPv4 or IPv6 literal, or ``*`` for ``::``
@@ -72,7 +90,7 @@ class ListenerService(Service):
         self._log.critical(
             f"{self._what} cannot listen address={{address}} port={{port}} error={{error}}",
             address=address, port=self._port_number, error=str(last))
-        raise SystemExit(1)
+        raise CannotListen(f"{self._what} cannot listen on {address} port {self._port_number}")
 
     def stopService(self) -> Deferred[None] | None:
         """

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -95,6 +96,83 @@ def test_init_script_lifecycle(tmp_path, command) -> None:
         text = logfile.read_text()
         assert "INFO http: server started" in text and "INFO main: shutting down" in text
     finally:
+        if pidfile.exists():
+            try:
+                os.kill(int(pidfile.read_text()), 9)
+            except (ProcessLookupError, ValueError):
+                pass
+
+
+def init_env(tmp_path, command: str, port: int) -> dict[str, str]:
+    defaults = tmp_path / "pg-status"
+    defaults.write_text(
+        "pg_status__hosts=127.0.0.1\n"
+        f"pg_status__pg_port={free_port()}\n"
+        "pg_status__http_listen_address=127.0.0.1\n"
+        f"pg_status__http_port={port}\n"
+    )
+    return {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": ROOT,
+        "PGSTATUS_DEFAULTS_FILE": str(defaults),
+        "PGSTATUS_TWISTD": os.path.join(os.path.dirname(sys.executable), command),
+        "PGSTATUS_PIDFILE": str(tmp_path / "run" / "pg-status.pid"),
+        "PGSTATUS_USER": "root" if os.geteuid() == 0 else os.environ.get("USER", ""),
+        "PGSTATUS_LOGFILE": str(tmp_path / "pg-status.log"),
+        "PGSTATUS_RUNDIR": str(tmp_path),
+    }
+
+
+@pytest.mark.parametrize("command", ["twistd", "pg-status"])
+def test_init_start_fails_when_the_port_is_taken(tmp_path, command) -> None:
+    """
+    The daemon binds after forking; when the HTTP port is taken, start
+    exits non-zero with the reason on stderr (it used to wait for ever for
+    the child's word), and nothing is left running.
+    """
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = init_env(tmp_path, command, port)
+        out = run_init("start", env)
+        assert out.returncode == 1, out
+        assert "cannot listen" in out.stderr, out
+        assert "FATAL http: server cannot listen" in (tmp_path / "pg-status.log").read_text()
+        assert run_init("status", env).returncode == 3
+        assert not (tmp_path / "run" / "pg-status.pid").exists()
+
+
+def test_init_status_ignores_another_process_with_the_pid(tmp_path) -> None:
+    """
+    A stale pid file whose pid now belongs to an unrelated process (one
+    whose arguments even mention pg-status) is not taken for the service:
+    status says the pid file exists but nothing runs, and start starts.
+    """
+    port = free_port()
+    env = init_env(tmp_path, "pg-status", port)
+    other = subprocess.Popen(["sh", "-c", "sleep 60", "pg-status", "/etc/default/pg-status"])
+    pidfile = tmp_path / "run" / "pg-status.pid"
+    try:
+        pidfile.parent.mkdir()
+        pidfile.write_text(f"{other.pid}\n")
+        out = run_init("status", env)
+        assert out.returncode == 1 and "not running" in out.stdout, out
+        out = run_init("start", env)
+        assert out.returncode == 0, out
+        deadline = time.monotonic() + 20
+        while not live(port):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        pid = int(pidfile.read_text())
+        assert pid != other.pid
+        reaper = threading.Thread(target=_reap, args=(pid,), daemon=True)
+        reaper.start()
+        assert run_init("stop", env).returncode == 0
+        assert other.poll() is None  # left alone
+    finally:
+        other.kill()
+        other.wait()
         if pidfile.exists():
             try:
                 os.kill(int(pidfile.read_text()), 9)
