@@ -43,26 +43,9 @@ def test_init_script_lifecycle(tmp_path, command) -> None:
     by the pg-status command (``--daemon``), daemonized with a pid file.
     """
     port = free_port()
-    defaults = tmp_path / "pg-status"
-    defaults.write_text(
-        "pg_status__hosts=127.0.0.1\n"
-        f"pg_status__pg_port={free_port()}\n"
-        "pg_status__http_listen_address=127.0.0.1\n"
-        f"pg_status__http_port={port}\n"
-    )
+    env = init_env(tmp_path, command, port)
     pidfile = tmp_path / "run" / "pg-status.pid"
     logfile = tmp_path / "pg-status.log"
-    user = "root" if os.geteuid() == 0 else os.environ.get("USER", "")
-    env = {
-        "PATH": os.environ["PATH"],
-        "PYTHONPATH": ROOT,
-        "PGSTATUS_DEFAULTS_FILE": str(defaults),
-        "PGSTATUS_TWISTD": os.path.join(os.path.dirname(sys.executable), command),
-        "PGSTATUS_PIDFILE": str(pidfile),
-        "PGSTATUS_USER": user,
-        "PGSTATUS_LOGFILE": str(logfile),
-        "PGSTATUS_RUNDIR": str(tmp_path),
-    }
     out = run_init("status", env)
     assert out.returncode == 3, out  # LSB: not running
     try:
