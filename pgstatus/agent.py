@@ -62,7 +62,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from pgstatus.http.listener import ListenerService
+from pgstatus.listening import ListenerService
 from pgstatus.model.status import HostStatus, View
 
 __all__ = [
@@ -200,17 +200,15 @@ def parse_request(line: bytes) -> Request:
     raise BadRequest("unknown role; " + _USAGE)
 
 
-def _hosts_by_name(view: View) -> dict[str, HostStatus]:
-    table = view.cache.get(_CACHE_KEY)
-    if table is None:
-        table = {}
-        for h in view.hosts:
-            table.setdefault(h.name, h)
-        view.cache[_CACHE_KEY] = table
-    return table
-
-
-_CACHE_KEY = ("agent", "hosts")
+def _host_named(view: View, name: str) -> HostStatus | None:
+    """
+    The view's first host called ``name`` (agent checks come seconds
+    apart, and host lists are short: a scan needs no memo).
+    """
+    for h in view.hosts:
+        if h.name == name:
+            return h
+    return None
 
 
 def _n(v: int | None) -> str:
@@ -224,7 +222,7 @@ def decide(view: View, request: Request) -> Answer:
     """
     if not view.ready:
         return Answer(NO_CHANGE, "pg-status is not ready")
-    h = _hosts_by_name(view).get(request.host)
+    h = _host_named(view, request.host)
     if h is None:
         return Answer(DOWN, "unknown host")
     if not h.checked:

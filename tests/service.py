@@ -17,7 +17,7 @@ from twisted.web.client import HTTPConnectionPool
 
 from pgstatus.config.environ import load_config
 from pgstatus.config.files import with_env_file
-from pgstatus.tap import PgStatusService
+from pgstatus.tap import make_service
 
 
 class Answer:
@@ -47,7 +47,7 @@ class Answer:
 
 class RunningService:
     """
-    A started :class:`PgStatusService` listening on 127.0.0.1 and an HTTP
+    A started :class:`~pgstatus.service.PgStatusService` listening on 127.0.0.1 and an HTTP
     client for it.
     """
 
@@ -59,7 +59,7 @@ class RunningService:
         environ.update(env)
         self.reactor = reactor
         self.config = load_config(with_env_file(environ))
-        self.svc = PgStatusService(self.config, reactor, environ=environ)
+        self.svc = make_service(self.config, reactor, environ=environ)
         self.svc.startService()
         self.base = f"http://127.0.0.1:{self.svc.http.port.getHost().port}"
         self._pool = HTTPConnectionPool(reactor, persistent=False)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import Any
 
@@ -100,3 +100,31 @@ def install_sighup(reactor: Any, callback: Callable[[], object]) -> Callable[[],
                           previous if previous is not None else signal.SIG_DFL)
 
     return restore
+
+
+class EnvFileReloader:
+    """
+    What a reload reads: ``pg_status__env_file`` applied over the process
+    environment the service started with, as at start.
+
+    :param path: the environment file.
+    :param environ: the process environment.
+    :ivar source: the file, as the reload's log line names it.
+    """
+
+    def __init__(self, path: str, environ: Mapping[str, str]) -> None:
+        self.source = path
+        self._environ = dict(environ)
+
+    def load(self) -> Config:
+        """
+        The configuration the file and the environment give now.
+
+        :raise ConfigError: the file cannot be read or the result is invalid.
+        """
+        from pgstatus.config.environ import load_config
+        from pgstatus.config.files import ENV_FILE, read_env_file
+
+        values = read_env_file(self.source)
+        values.pop(ENV_FILE, None)
+        return load_config({**self._environ, **values})

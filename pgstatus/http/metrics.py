@@ -7,10 +7,14 @@ published view and a few counters and joins strings, nothing more.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from pgstatus.http.responses import Response
-from pgstatus.monitor.timing import BUCKETS
+from pgstatus.http.responses import Renderer, Response
+from pgstatus.model.stats import BUCKETS, FollowStats, StatsSource
+from pgstatus.model.status import View
+
+if TYPE_CHECKING:
+    from pgstatus.http.hub import Hub
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
@@ -31,12 +35,18 @@ class MetricsRenderer:
     """
     Builds the ``/metrics`` answer.
 
-    :param service: the :class:`~pgstatus.tap.PgStatusService` whose monitor,
-        renderer and fresh-read coordinator are read.
+    :param current: returns the published view.
+    :param stats: the monitor side's counters.
+    :param renderer: the HTTP side's request and fallback counters.
+    :param hub: returns the followers' streams, if any were made.
     """
 
-    def __init__(self, service: Any) -> None:
-        self._service = service
+    def __init__(self, current: Callable[[], View], stats: StatsSource, renderer: Renderer,
+                 hub: Callable[[], Hub | None]) -> None:
+        self._current = current
+        self._stats = stats
+        self._renderer = renderer
+        self._hub = hub
 
     def __call__(self) -> Response:
         """
@@ -45,10 +55,9 @@ class MetricsRenderer:
         return Response(200, CONTENT_TYPE, "".join(self._lines()).encode())
 
     def _lines(self) -> Iterable[str]:
-        svc = self._service
-        view = svc.monitor.registry.view
-        monitors = svc.monitor.monitors
-        renderer = svc.api.renderer
+        view = self._current()
+        counters = self._stats.host_counters()
+        renderer = self._renderer
         labels = [f'host="{_escape(h.name)}",index="{h.index}"' for h in view.hosts]
 
         def family(name: str, kind: str, help_: str) -> str:
@@ -88,19 +97,19 @@ class MetricsRenderer:
                             lambda i: hosts[i].timeline)
         yield from per_host("pgstatus_host_consecutive_failures", "gauge",
                             "Failed checks since the last successful one.",
-                            lambda i: monitors[i].state.failures)
+                            lambda i: counters[i].failures)
         yield from per_host("pgstatus_host_checks_total", "counter", "Checks started.",
-                            lambda i: monitors[i].checks)
+                            lambda i: counters[i].checks)
         yield from per_host("pgstatus_host_extra_checks_total", "counter",
                             "Out-of-schedule checks for waiting read-your-writes requests.",
-                            lambda i: monitors[i].extra_checks)
+                            lambda i: counters[i].extra_checks)
         yield from per_host("pgstatus_host_connections_opened_total", "counter",
                             "PostgreSQL connections opened.",
-                            lambda i: getattr(monitors[i].probe, "opened", 0))
+                            lambda i: counters[i].connections_opened)
         name = "pgstatus_host_check_duration_seconds"
         yield family(name, "histogram", "Duration of completed checks.")
-        for m, lab in zip(monitors, labels, strict=True):
-            hist = m.durations
+        for c, lab in zip(counters, labels, strict=True):
+            hist = c.durations
             for bound, count in zip(BUCKETS, hist.counts, strict=True):
                 yield f'{name}_bucket{{{lab},le="{bound}"}} {count}\n'
             yield f'{name}_bucket{{{lab},le="+Inf"}} {hist.count}\n'
@@ -116,24 +125,23 @@ class MetricsRenderer:
                      "(no_replica, lag, min_lsn, timeline).")
         for reason in ("no_replica", "lag", "min_lsn", "timeline"):
             yield f'{name}{{reason="{reason}"}} {renderer.fallbacks.get(reason, 0)}\n'
-        yield from _follow_lines(svc, family)
+        yield from _follow_lines(self._stats.follow_stats(), self._hub(), family)
 
 
-def _follow_lines(svc: Any, family: Callable[[str, str, str], str]) -> Iterable[str]:
+def _follow_lines(follow: FollowStats, hub: Hub | None,
+                  family: Callable[[str, str, str], str]) -> Iterable[str]:
     """
     Follower mode: this instance's role, the hub it follows, the age of the
     last news from it and the switches; on a hub, its followers.
     """
-    follower = getattr(svc, "follower", None)
     name = "pgstatus_follow_mode"
     yield family(name, "gauge", "Where host states come from: hub (polling, may be "
                                 "followed), following (a hub's snapshots) or polling (a "
                                 "follower polling on its own).")
-    mode = "hub" if follower is None else follower.mode
+    mode = follow.mode
     for m in ("hub", "starting", "following", "polling"):
         yield f'{name}{{mode="{m}"}} {_num(m == mode)}\n'
-    if follower is None:
-        hub = getattr(svc, "hub", None)  # made at the first follower's request
+    if mode == "hub":
         yield family("pgstatus_follow_followers", "gauge", "Followers streaming now.")
         yield f"pgstatus_follow_followers {hub.followers if hub is not None else 0}\n"
         yield family("pgstatus_follow_snapshots_sent_total", "counter",
@@ -142,16 +150,16 @@ def _follow_lines(svc: Any, family: Callable[[str, str, str], str]) -> Iterable[
         return
     name = "pgstatus_follow_hub"
     yield family(name, "gauge", "1 for the hub whose stream is open or being opened.")
-    if follower.hub is not None:
-        yield f'{name}{{url="{_escape(follower.hub)}"}} 1\n'
+    if follow.hub is not None:
+        yield f'{name}{{url="{_escape(follow.hub)}"}} 1\n'
     name = "pgstatus_follow_view_age_seconds"
     yield family(name, "gauge", "Seconds since the last event (snapshot or heartbeat) from "
                                 "a hub (absent before the first).")
-    if follower.last_event is not None:
-        yield f"{name} {svc._reactor.seconds() - follower.last_event:.3f}\n"
+    if follow.view_age is not None:
+        yield f"{name} {follow.view_age:.3f}\n"
     yield family("pgstatus_follow_switches_total", "counter",
                  "Switches between following a hub and polling on our own.")
-    yield f"pgstatus_follow_switches_total {follower.switches}\n"
+    yield f"pgstatus_follow_switches_total {follow.switches}\n"
     yield family("pgstatus_follow_snapshots_total", "counter", "Snapshots published.")
-    yield f"pgstatus_follow_snapshots_total {follower.snapshots}\n"
+    yield f"pgstatus_follow_snapshots_total {follow.snapshots}\n"
 

@@ -4,8 +4,8 @@ the current :class:`~pgstatus.model.status.View` and the request's parameters.
 
 Both HTTP front ends (the Klein app and the fast path) render through this
 module, so they cannot disagree.  Work that depends only on the view
-(``/hosts`` JSON, encoded host names, candidate lists) is memoised in
-``view.cache`` and so done once per state change.
+(``/hosts`` JSON, encoded host names, candidate lists) is memoised in a
+:class:`~pgstatus.http.memo.ViewMemo` and so done once per state change.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config
 from pgstatus.http.freshness import FreshReads
+from pgstatus.http.memo import MAX_GROUPS, MAX_PLANS, ViewMemo
 from pgstatus.http.params import (
-    _ROUTES,
     BadParameter,
     format_lsn,
     parse_filters,
@@ -93,8 +94,6 @@ OK = text("OK")
 NO_HOST_JSON = json_response(404, {"host": None, "dc": None, "geo": None})
 NO_STATUS_HOST = error(400, "Get parameter 'host' wasn't passed")
 
-#: memoised request plans per view
-MAX_PLANS = 1024
 #: plan marker: wait for a replica to catch up
 _WAIT = object()
 
@@ -180,30 +179,25 @@ def host_json(h: HostStatus, with_name: bool = True, extras: bool = False) -> di
         d["sync_note"] = h.sync_note
     return d
 
-#: view.cache keys of the per-route plan memos (text, JSON)
-_QUERY_SLOTS = {r: (f"plans {r} text", f"plans {r} json") for r in _ROUTES}
-
 
 class Renderer:
     """
     Renders every endpoint from the view that ``current`` returns.
 
     :param current: returns the current :class:`View`.
-    :param config: thresholds and locality.
+    :param settings: the running configuration (thresholds, locality, wait).
     :param version: the service version, for ``/version``.
     """
 
-    def __init__(self, current: Callable[[], View], config: Config, version: str,
+    def __init__(self, current: Callable[[], View], settings: ConfigProvider, version: str,
                  fresh: FreshReads | None = None) -> None:
         self._current = current
         #: returns the current view (the fast path's memo follows it)
         self.current = current
-        self._config = config
+        self._settings = settings
         self._fresh = fresh
-        self._locality = Locality(
-            config.current_dc if config.use_dc else None,
-            config.current_geo if config.use_geo else None,
-        )
+        self._memo: ViewMemo | None = None
+        self._locality_of: tuple[Config, Locality] | None = None
         self.rr = RoundRobin()
         self.version = text(version)
         #: answered requests by (route, status), counted by the front ends
@@ -211,19 +205,31 @@ class Renderer:
         #: replica requests answered with the master, by reason
         self.fallbacks: dict[str, int] = {}
 
-    def reconfigure(self, config: Config) -> None:
+    def memo(self, view: View) -> ViewMemo:
         """
-        Use a reloaded configuration (thresholds, locality, wait) for the
-        requests rendered from now on.  Called on the reactor thread, so a
-        request sees either the old or the new settings, never a mix;
-        plans memoised in a view's cache are dropped with the view the
-        reload republishes.
+        The memo of work derived from ``view`` alone, made afresh when the
+        view changes (a reload republishes the view, so memoised plans never
+        outlive the configuration they were planned with).
         """
-        locality = Locality(
-            config.current_dc if config.use_dc else None,
-            config.current_geo if config.use_geo else None,
-        )
-        self._config, self._locality = config, locality
+        memo = self._memo
+        if memo is None or memo.view is not view:
+            memo = self._memo = ViewMemo(view)
+        return memo
+
+    @property
+    def _config(self) -> Config:
+        return self._settings.current
+
+    @property
+    def _locality(self) -> Locality:
+        config = self._settings.current
+        known = self._locality_of
+        if known is None or known[0] is not config:
+            known = self._locality_of = (config, Locality(
+                config.current_dc if config.use_dc else None,
+                config.current_geo if config.use_geo else None,
+            ))
+        return known[1]
 
     def count(self, route: str, status: int) -> None:
         """
@@ -235,9 +241,9 @@ class Renderer:
 
     # -- host answers --------------------------------------------------
     def _host_answer(self, view: View, h: HostStatus | None, as_json: bool) -> Response:
-        cache = view.cache
-        key = ("answer", -1 if h is None else h.index, as_json)
-        r = cache.get(key)
+        answers = self.memo(view).answers
+        key = (-1 if h is None else h.index, as_json)
+        r = answers.get(key)
         if r is None:
             if h is None:
                 r = NO_HOST_JSON if as_json else EMPTY_404
@@ -245,7 +251,7 @@ class Renderer:
                 r = json_response(200, {"host": h.name, "dc": h.dc, "geo": h.geo})
             else:
                 r = text(h.name)
-            cache[key] = r
+            answers[key] = r
         return r
 
     def master(self, as_json: bool) -> Response:
@@ -269,12 +275,13 @@ class Renderer:
         view = self._current()
         if not view.ready:
             return NOT_READY
-        key = ("args", route, tuple(sorted(args.items())), as_json)
-        plan = view.cache.get(key)
+        plans = self.memo(view).plans_by_args
+        key = (route, tuple(sorted(args.items())), as_json)
+        plan = plans.get(key)
         if plan is None:
             plan = self._plan(view, route, args, as_json)
-            if len(view.cache) < MAX_PLANS:
-                view.cache[key] = plan
+            if len(plans) < MAX_PLANS:
+                plans[key] = plan
         return self._follow(view, plan, route, args, as_json)
 
     def replica_query(self, route: str, query: bytes, as_json: bool,
@@ -288,11 +295,7 @@ class Renderer:
         if not view.ready:
             return NOT_READY
         # one memo per route and format, keyed by the raw query bytes
-        slot = _QUERY_SLOTS[route][as_json]
-        cache = view.cache
-        plans = cache.get(slot)
-        if plans is None:
-            plans = cache[slot] = {}
+        plans = self.memo(view).query_plans(route, as_json)
         plan = plans.get(query)
         if plan is None:
             args = parse(query) if query else {}
@@ -326,10 +329,7 @@ class Renderer:
         view = self._current()
         if not view.ready:
             return ("fixed", NOT_READY)
-        slot = _QUERY_SLOTS[route][as_json]
-        plans = view.cache.get(slot)
-        if plans is None:
-            plans = view.cache[slot] = {}
+        plans = self.memo(view).query_plans(route, as_json)
         plan = plans.get(query)
         if plan is None:
             plan = self._plan(view, route, parse(query) if query else {}, as_json)
@@ -412,9 +412,9 @@ class Renderer:
         """
         The replicas to choose from, memoised per view and filters.
         """
-        cache = view.cache
-        key = ("group", route, f)
-        group = cache.get(key)
+        groups = self.memo(view).groups
+        key = (route, f)
+        group = groups.get(key)
         if group is None:
             found = candidates(view.hosts, f, view.master)
             if f.floor:
@@ -425,8 +425,8 @@ class Renderer:
                 group = (best,) if best is not None else ()
             else:
                 group = local_group(found, self._locality)
-            if len(cache) < 512:
-                cache[key] = group
+            if len(groups) < MAX_GROUPS:
+                groups[key] = group
             if not group:
                 # once per view and filter set, not per request
                 log.debug(
@@ -447,9 +447,10 @@ class Renderer:
         view = self._current()
         if not view.ready:
             return NOT_READY
-        r = view.cache.get("hosts")
+        memo = self.memo(view)
+        r = memo.hosts
         if r is None:
-            r = view.cache["hosts"] = json_response(
+            r = memo.hosts = json_response(
                 200, [host_json(h, extras=self._config.sync_policy_extras) for h in view.hosts])
         return r
 
@@ -462,19 +463,13 @@ class Renderer:
             return NOT_READY
         if host is None:
             return NO_STATUS_HOST
-        table = view.cache.get("status")
-        if table is None:
-            table = {}
-            for h in view.hosts:
-                table.setdefault(h.name, h)
-            view.cache["status"] = table
-        h = table.get(host)
+        memo = self.memo(view)
+        h = memo.by_name().get(host)
         if h is None:
             return EMPTY_404
-        key = ("status", h.index)
-        r = view.cache.get(key)
+        r = memo.status_answers.get(h.index)
         if r is None:
-            r = view.cache[key] = json_response(
+            r = memo.status_answers[h.index] = json_response(
                 200, host_json(h, with_name=False, extras=self._config.sync_policy_extras))
         return r
 

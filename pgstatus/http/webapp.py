@@ -81,13 +81,13 @@ app = Klein()
 
 @app.route("/master", methods=METHODS)
 def master(api: StatusAPI, request: IRequest) -> bytes:
-    return send(request, api.renderer.master(_accepts_json(request)), api._counter("master"))
+    return send(request, api.renderer.master(_accepts_json(request)), api.counter("master"))
 
 
 @app.route(f"/<any({', '.join(sorted(REPLICA_ROUTES))}):route>", methods=METHODS)
 def replica(api: StatusAPI, request: IRequest, route: str) -> bytes | Deferred[bytes]:
     r = api.renderer.replica(route, first_args(request), _accepts_json(request))
-    count = api._counter(route)
+    count = api.counter(route)
     if isinstance(r, Deferred):
         return r.addCallback(lambda answer: send(request, answer, count))
     return send(request, r, count)
@@ -95,39 +95,39 @@ def replica(api: StatusAPI, request: IRequest, route: str) -> bytes | Deferred[b
 
 @app.route("/hosts", methods=METHODS)
 def hosts(api: StatusAPI, request: IRequest) -> bytes:
-    return send(request, api.renderer.hosts(), api._counter("hosts"))
+    return send(request, api.renderer.hosts(), api.counter("hosts"))
 
 
 @app.route("/status", methods=METHODS)
 def status(api: StatusAPI, request: IRequest) -> bytes:
     return send(request, api.renderer.status(first_args(request).get("host")),
-                api._counter("status"))
+                api.counter("status"))
 
 
 @app.route("/version", methods=METHODS)
 def version(api: StatusAPI, request: IRequest) -> bytes:
-    return send(request, api.renderer.version, api._counter("version"))
+    return send(request, api.renderer.version, api.counter("version"))
 
 
 @app.route("/live", methods=METHODS)
 def live(api: StatusAPI, request: IRequest) -> bytes:
-    return send(request, api.renderer.live(), api._counter("live"))
+    return send(request, api.renderer.live(), api.counter("live"))
 
 
 @app.route("/ready", methods=METHODS)
 def ready(api: StatusAPI, request: IRequest) -> bytes:
-    return send(request, api.renderer.ready(), api._counter("ready"))
+    return send(request, api.renderer.ready(), api.counter("ready"))
 
 
 @app.route("/openapi.json", methods=METHODS)
 def openapi(api: StatusAPI, request: IRequest) -> bytes:
-    return send(request, OPENAPI, api._counter("openapi.json"))
+    return send(request, OPENAPI, api.counter("openapi.json"))
 
 
 @app.route("/metrics", methods=METHODS)
 def metrics(api: StatusAPI, request: IRequest) -> bytes:
-    r = api.metrics_source() if api.metrics_source is not None else EMPTY_404
-    return send(request, r, api._counter("metrics"))
+    r = api.metrics() if api.metrics is not None else EMPTY_404
+    return send(request, r, api.counter("metrics"))
 
 
 @app.route("/follow", methods=METHODS)
@@ -135,17 +135,17 @@ def follow(api: StatusAPI, request: IRequest) -> bytes | Deferred[bytes]:
     """
     Follower mode's stream of this instance's view (Server-Sent Events).
     """
-    count = api._counter("follow")
+    count = api.counter("follow")
     if api.hub is None:
         return send(request, FOLLOWING_ANOTHER, count)
-    if not api._current().ready:
+    if not api.current().ready:
         return send(request, NOT_READY, count)
     if request.method == b"HEAD":
         return send(request, EVENT_STREAM_HEAD, count)
     count(200)
     # fires when the hub closes the stream; Klein cancels it if the
     # follower goes away first
-    return api.hub.subscribe(request)
+    return api.hub().subscribe(request)
 
 
 @app.route("/follow/check", methods=METHODS)
@@ -154,10 +154,10 @@ def follow_check(api: StatusAPI, request: IRequest) -> bytes:
     A follower's request for an extra check of one host (its ``wait_ms``
     reads): ``?index=<position in pg_status__hosts>``.
     """
-    count = api._counter("follow")
+    count = api.counter("follow")
     if api.hub is None or api.check_soon is None:
         return send(request, FOLLOWING_ANOTHER, count)
-    view = api._current()
+    view = api.current()
     if not view.ready:
         return send(request, NOT_READY, count)
     value = first_args(request).get("index", "")
@@ -171,16 +171,16 @@ def follow_check(api: StatusAPI, request: IRequest) -> bytes:
 
 @app.handle_errors(NotFound)
 def not_found(api: StatusAPI, request: IRequest, failure: Any) -> bytes:
-    return send(request, EMPTY_404, api._counter("other"))
+    return send(request, EMPTY_404, api.counter("other"))
 
 
 @app.handle_errors(MethodNotAllowed)
 def not_allowed(api: StatusAPI, request: IRequest, failure: Any) -> bytes:
-    return send(request, EMPTY_405, api._counter("other"))
+    return send(request, EMPTY_405, api.counter("other"))
 
 
 @app.handle_errors(Exception)
 def internal_error(api: StatusAPI, request: IRequest, failure: Any) -> bytes:
     log.failure("request failed path={path}", failure, level=LogLevel.error,
                 path=request.path.decode("latin-1", "replace"))
-    return send(request, error(500, "internal error"), api._counter("other"))
+    return send(request, error(500, "internal error"), api.counter("other"))

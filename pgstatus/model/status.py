@@ -7,8 +7,6 @@ The monitor side publishes views; the HTTP side only reads them.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pgstatus.record import record
 
 
@@ -62,20 +60,16 @@ class View:
     :ivar master: the selected master, or ``None``.
     :ivar ready: every host has completed its first check.
     :ivar generation: increases with every publication.
-    :ivar cache: memo for work derived from this view only (rendered
-        bodies, candidate lists); filled lazily by readers on the reactor
-        thread and dropped with the view.
     """
 
-    __slots__ = ("hosts", "master", "ready", "generation", "cache")
+    __slots__ = ("hosts", "master", "ready", "generation")
 
     def __init__(self, hosts: tuple[HostStatus, ...], master: HostStatus | None, ready: bool,
-                 generation: int, cache: dict[Any, Any] | None = None) -> None:
+                 generation: int) -> None:
         self.hosts = hosts
         self.master = master
         self.ready = ready
         self.generation = generation
-        self.cache: dict[Any, Any] = {} if cache is None else cache
 
     def __repr__(self) -> str:
         return (f"View(hosts={self.hosts!r}, master={self.master!r}, ready={self.ready!r}, "

@@ -35,8 +35,10 @@ from twisted.python.failure import Failure
 from twisted.web.client import Agent, HTTPConnectionPool
 from twisted.web.http_headers import Headers
 
+from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config
 from pgstatus.model.snapshot import SnapshotError, decode
+from pgstatus.model.stats import FollowStats
 from pgstatus.model.status import HostStatus
 from pgstatus.monitor.scheduler import MIN_EXTRA_INTERVAL, MonitorService
 
@@ -140,16 +142,17 @@ class FollowerService(Service):
     Follows the hubs of ``config.follow`` and switches the monitor's
     polling on and off.
 
-    :param config: the configuration (``follow``, ``follow_timeout_ms``,
-        the host list snapshots must match).
+    :param settings: the running configuration (``follow``,
+        ``follow_timeout_ms``, the host list snapshots must match).
     :param reactor: TCP, time and name resolution.
     :param monitor: the monitor, created without polling.
     """
 
     name = "follower"
 
-    def __init__(self, config: Config, reactor: Any, monitor: MonitorService) -> None:
-        self.config = config
+    def __init__(self, settings: ConfigProvider, reactor: Any, monitor: MonitorService) -> None:
+        self._settings = settings
+        config = settings.current
         self._reactor = reactor
         self._monitor = monitor
         self._pool = HTTPConnectionPool(reactor, persistent=True)
@@ -186,6 +189,20 @@ class FollowerService(Service):
         #: the hub whose snapshot was published last
         self._followed: str | None = None
 
+    @property
+    def config(self) -> Config:
+        """
+        The configuration in force.
+        """
+        return self._settings.current
+
+    def follow_stats(self) -> FollowStats:
+        """
+        This follower's state, for ``/metrics``.
+        """
+        age = None if self.last_event is None else self._reactor.seconds() - self.last_event
+        return FollowStats(self.mode, self.hub, age, self.switches, self.snapshots)
+
     # -- service ---------------------------------------------------------
 
     def startService(self) -> None:
@@ -217,13 +234,13 @@ class FollowerService(Service):
             return None
         return statuses, master
 
-    def reconfigured(self, config: Config, mirrored: bool) -> None:
+    def settings_changed(self, mirrored: bool) -> None:
         """
-        After a reload: the hubs and the timeout need a restart; if we were
-        following but the last snapshot no longer fits the host list
-        (``mirrored`` false), poll on our own at once.
+        After a reload (the provider holds the new configuration): the hubs
+        and the timeout need a restart; if we were following but the last
+        snapshot no longer fits the host list (``mirrored`` false), poll on
+        our own at once.
         """
-        self.config = config
         if self.mode != FOLLOWING or mirrored:
             return
         self._refuse(self.hub or "?", "its snapshot does not fit the reloaded host list")

@@ -19,14 +19,16 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
+from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config
+from pgstatus.model.stats import Histogram, HostCounters
 from pgstatus.model.status import HostStatus, View
 from pgstatus.monitor import lag
+from pgstatus.monitor.changes import describe_changes
 from pgstatus.monitor.errorlog import PollErrorLimiter
 from pgstatus.monitor.lag import MasterPosition, Observation
 from pgstatus.monitor.probe import CheckFailed, PostgresProbe
-from pgstatus.monitor.registry import HostState, Registry, describe_changes
-from pgstatus.monitor.timing import Histogram
+from pgstatus.monitor.registry import HostState, Registry
 from pgstatus.monitor.turns import ConnectTurns, Deadline
 
 log = Logger(namespace="pgstatus.monitor")
@@ -51,14 +53,14 @@ class Probe(Protocol):
 
 class HostMonitor:
     """
-    Checks one host on its own schedule and records the results in its
-    :class:`HostState`.
+    Checks one host on its own schedule and hands every result to the
+    registry, which records and publishes it.
 
-    :param state: the host's record, owned by this monitor.
-    :param registry: publishes the state after every check.
+    :param state: the registry's handle for the host.
+    :param registry: records and publishes every check's result.
     :param probe: runs a check.
     :param clock: time and timers.
-    :param config: periods, deadline, thresholds.
+    :param settings: the running configuration (periods, deadline).
     :param master_monitor: returns the monitor of the selected master, so a
         replica's check can wait for a master check in progress.
     """
@@ -69,16 +71,16 @@ class HostMonitor:
         registry: Registry,
         probe: Probe,
         clock: IReactorTime,
-        config: Config,
+        settings: ConfigProvider,
         master_monitor: Callable[[], HostMonitor | None] = lambda: None,
     ) -> None:
         self.state = state
         self._registry = registry
         self.probe = probe
         self._clock = clock
-        self._config = config
+        self._settings = settings
         self._master_monitor = master_monitor
-        self._limiter = PollErrorLimiter(config.poll_error_log_interval_ms)
+        self._limiter = PollErrorLimiter(settings.current.poll_error_log_interval_ms)
         self._timer: IDelayedCall | None = None
         self._running = False
         self.checking = False
@@ -117,13 +119,14 @@ class HostMonitor:
         self._timer = None
         self.probe.close()
 
-    def reconfigure(self, config: Config) -> None:
+    def settings_changed(self, old: Config) -> None:
         """
-        Use a reloaded configuration: periods, deadline, error log interval
-        and the probe's settings.  A waiting next check is rescheduled for
-        the new ``sleep_ms``; a check in progress finishes as it started.
+        React to a reload (the provider already holds the new
+        configuration): a new error log interval, the probe's settings, and
+        a waiting next check rescheduled for a new ``sleep_ms``; a check in
+        progress finishes as it started.
         """
-        old, self._config = self._config, config
+        config = self._settings.current
         if config.poll_error_log_interval_ms != old.poll_error_log_interval_ms:
             self._limiter = PollErrorLimiter(config.poll_error_log_interval_ms)
         reconfigure = getattr(self.probe, "reconfigure", None)
@@ -164,8 +167,10 @@ class HostMonitor:
         self._waiters.append(callback)
 
     def _period(self) -> float:
-        sleep = self._config.sleep_ms / 1000
-        if self.state.dead and self._late_failures and self._registry.view.master is not None:
+        sleep = self._settings.current.sleep_ms / 1000
+        registry = self._registry
+        if self._late_failures and registry.is_dead(self.state) \
+                and registry.view.master is not None:
             return min(max(MAX_DEAD_PERIOD, sleep), sleep * 2 ** self._late_failures)
         return sleep
 
@@ -176,7 +181,8 @@ class HostMonitor:
         self.checking = True
         self.checks += 1
         started = self.last_started = self._clock.seconds()
-        deadline = Deadline(self._clock, self._config.query_timeout_ms / 1000, self.probe.abort)
+        budget = self._settings.current.query_timeout_ms / 1000
+        deadline = Deadline(self._clock, budget, self.probe.abort)
         try:
             d = self.probe.check(started, deadline)
         except Exception:
@@ -246,32 +252,18 @@ class HostMonitor:
 
     def _record_success(self, obs: Observation) -> None:
         st = self.state
-        was_failing = st.failures
         registry = self._registry
+        was_failing = registry.failures(st)
         if obs.in_recovery:
-            selected = registry.master_state()
-            current = None
-            check_ok = False
-            if selected is not None and selected is not st:
-                current = selected.position
-                check_ok = not selected.last_failed
-            last = registry.last_master_position
-            if last is not None and last.host_index == st.index:
-                last = None
-            st.succeeded(
-                master=False,
-                lsn=obs.replay_lsn,
-                timeline=obs.timeline,
-                lag_ms=lag.lag_ms(obs, current, check_ok, obs.received),
-                lag_bytes=lag.lag_bytes(obs, current if current is not None else last),
-                position=None,
-                reach=None if obs.replay_lsn is None else obs.past_header(obs.replay_lsn),
-            )
+            current, check_ok, last = registry.lag_references(st)
+            lms = lag.lag_ms(obs, current, check_ok, obs.received)
+            lb = lag.lag_bytes(obs, current if current is not None else last)
+            lsn = obs.replay_lsn
+            reach = None if lsn is None else obs.past_header(lsn)
+            position = None
         else:
-            st.succeeded(
-                master=True, lsn=obs.wal_lsn, timeline=obs.timeline, lag_ms=0, lag_bytes=0,
-                position=MasterPosition.from_observation(st.index, obs),
-            )
+            lms, lb, lsn, reach = 0, 0, obs.wal_lsn, None
+            position = MasterPosition.from_observation(registry.index_of(st), obs)
         self._late_failures = 0
         self._limiter.on_success()
         if was_failing:
@@ -281,41 +273,45 @@ class HostMonitor:
             "checked host={host} role={role} lsn={lsn} timeline={tl} lag_ms={lms} "
             "lag_bytes={lb} duration_ms={ms}",
             host=self.name, role="replica" if obs.in_recovery else "master",
-            lsn=st.lsn, tl=st.timeline, lms=st.lag_ms, lb=st.lag_bytes,
+            lsn=lsn, tl=obs.timeline, lms=lms, lb=lb,
             ms=round((obs.received - obs.started) * 1000),
         )
-        registry.publish(st.index)
+        registry.record_success(st, master=not obs.in_recovery, lsn=lsn, timeline=obs.timeline,
+                                lag_ms=lms, lag_bytes=lb, position=position, reach=reach)
 
     def _record_failure(self, f: Failure, timed_out: bool, started: float) -> None:
         st = self.state
-        st.failed()
+        registry = self._registry
+        # logged before the failure is published (the original's order:
+        # the poll error, then the state change), with the count it makes
+        failures = registry.failures(st) + 1
         err = f.value
-        late = isinstance(err, CheckFailed) and err.late
-        if st.dead and late:
-            self._late_failures += 1
-        elif not late:
-            self._late_failures = 0
         # The original service's lines (operators' alerts match on them),
         # all under one rate limit per host.
         level = LogLevel.error if self._limiter.on_failure(self._clock.seconds()) \
             else LogLevel.debug
         if timed_out:
             log.emit(level, "PostgreSQL poll timed out host={host} timeout_ms={timeout_ms}",
-                     host=self.name, timeout_ms=self._config.query_timeout_ms,
-                     failures=st.failures)
+                     host=self.name, timeout_ms=self._settings.current.query_timeout_ms,
+                     failures=failures)
         elif isinstance(err, CheckFailed) and err.rows is not None:
             log.emit(level, "unexpected PostgreSQL result row count host={host} rows={rows}",
-                     host=self.name, rows=err.rows, failures=st.failures)
+                     host=self.name, rows=err.rows, failures=failures)
         elif isinstance(err, CheckFailed):
             extra = {} if err.errno is None else {"errno": err.errno}
             log.emit(level, "PostgreSQL operation failed operation={operation} host={host} "
                      "error={error}", operation=err.operation, host=self.name,
-                     error=err.message, failures=st.failures, **extra)
+                     error=err.message, failures=failures, **extra)
         else:
             log.emit(level, "PostgreSQL operation failed operation={operation} host={host} "
                      "error={error}", operation="check", host=self.name,
-                     error=f"{type(err).__name__}: {err}", failures=st.failures)
-        self._registry.publish(st.index)
+                     error=f"{type(err).__name__}: {err}", failures=failures)
+        status = registry.record_failure(st)
+        late = isinstance(err, CheckFailed) and err.late
+        if late and not status.alive:
+            self._late_failures += 1
+        elif not late:
+            self._late_failures = 0
 
 
 class MonitorService(Service):
@@ -323,7 +319,7 @@ class MonitorService(Service):
     Owns the :class:`Registry` and one :class:`HostMonitor` per configured
     host.
 
-    :param config: the service configuration.
+    :param settings: the running configuration.
     :param reactor: the reactor (TCP, timers, name resolution).
     :param probe_factory: ``(host_index) -> Probe``; defaults to real
         PostgreSQL probes.
@@ -334,36 +330,37 @@ class MonitorService(Service):
 
     name = "monitor"
 
-    def __init__(self, config: Config, reactor: Any,
+    def __init__(self, settings: ConfigProvider, reactor: Any,
                  probe_factory: Callable[[int], Probe] | None = None,
                  poll: bool = True) -> None:
-        self.config = config
+        self._settings = settings
         self._reactor = reactor
         self._poll_on_start = poll
         #: the host monitors are checking
         self.polling = False
-        self.registry = Registry(config)
+        self.registry = Registry(settings)
+        config = settings.current
         self.turns = ConnectTurns.for_hosts(reactor, config.sleep_ms, len(config.hosts))
         if probe_factory is None:
             def probe_factory(i: int) -> Probe:
                 state = self.registry.states[i]
-                return PostgresProbe(reactor, self.config.hosts[i], self.config, self.turns,
-                                     urgent=lambda: not state.dead)
+                return PostgresProbe(reactor, state.host, settings.current, self.turns,
+                                     urgent=lambda: not self.registry.is_dead(state))
         self._probe_factory = probe_factory
         self.monitors = [
-            HostMonitor(state, self.registry, probe_factory(state.index), reactor, config,
+            HostMonitor(state, self.registry, probe_factory(i), reactor, settings,
                         self._master_monitor)
-            for state in self.registry.states
+            for i, state in enumerate(self.registry.states)
         ]
-        self.registry.observe(lambda old, new: _log_changes(old, new, self.config))
+        self.registry.observe(lambda old, new: _log_changes(old, new, settings.current))
 
-    def reconfigure(self, config: Config,
-                    mirrored: tuple[Sequence[HostStatus], int | None] | None = None
-                    ) -> tuple[list[str], list[str]]:
+    def settings_changed(self, old: Config,
+                         mirrored: tuple[Sequence[HostStatus], int | None] | None = None
+                         ) -> tuple[list[str], list[str]]:
         """
-        Adopt a reloaded configuration and publish a new view (of
-        ``mirrored``, a follower's hub view, when given; see
-        :meth:`Registry.reconfigure`).
+        React to a reload (the provider already holds the new
+        configuration) and publish a new view (of ``mirrored``, a follower's
+        hub view, when given; see :meth:`Registry.reconfigure`).
 
         A host that stays (same name and port) keeps its monitor, state,
         schedule and connection; an added host gets a new monitor, which
@@ -372,12 +369,13 @@ class MonitorService(Service):
 
         :return: the names of the added and of the removed hosts.
         """
+        config = self._settings.current
         kept: dict[tuple[str, int], list[HostMonitor]] = {}
         for m in self.monitors:
             kept.setdefault((m.state.host.name, m.state.host.port), []).append(m)
         chosen: list[HostMonitor | None] = []
         states: list[HostState] = []
-        for i, host in enumerate(config.hosts):
+        for host in config.hosts:
             same = kept.get((host.name, host.port))
             if same:
                 m = same.pop(0)
@@ -385,23 +383,22 @@ class MonitorService(Service):
                 states.append(m.state)
             else:
                 chosen.append(None)
-                states.append(HostState(host, i, config.max_fails))
+                states.append(self.registry.new_state(host))
         removed = [m for ms in kept.values() for m in ms]
         for m in removed:
             m.stop()
-        self.config = config
         self.turns.respace(config.sleep_ms, len(config.hosts))
-        for m in chosen:
-            if m is not None:
-                m.reconfigure(config)
         # The registry first (the default probe factory looks the state up
         # there), then the monitors, before anything else runs.
-        self.registry.reconfigure(config, states, mirrored)
+        self.registry.reconfigure(states, mirrored)
+        for m in chosen:
+            if m is not None:
+                m.settings_changed(old)
         added = []
         for i, m in enumerate(chosen):
             if m is None:
                 m = HostMonitor(states[i], self.registry, self._probe_factory(i), self._reactor,
-                                config, self._master_monitor)
+                                self._settings, self._master_monitor)
                 chosen[i] = m
                 added.append(m)
         self.monitors = [m for m in chosen if m is not None]
@@ -409,6 +406,15 @@ class MonitorService(Service):
             for m in added:
                 m.start()
         return [m.name for m in added], [m.name for m in removed]
+
+    def host_counters(self) -> list[HostCounters]:
+        """
+        Every host's counters, in host order (for ``/metrics``).
+        """
+        registry = self.registry
+        return [HostCounters(registry.failures(m.state), m.checks, m.extra_checks,
+                             getattr(m.probe, "opened", 0), m.durations)
+                for m in self.monitors]
 
     def check_soon(self, index: int, min_interval: float) -> bool:
         """

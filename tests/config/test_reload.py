@@ -155,7 +155,7 @@ def test_threshold_reload_changes_sync_flags_and_routes(guarded_topology, reload
 
     write({**env, "pg_status__sync_max_lag_ms": "1000", "pg_status__sync_max_lag_bytes": "1000"})
     assert svc.svc.reload()
-    assert svc.svc.config.sync_max_lag_ms == 1000
+    assert svc.svc.settings.current.sync_max_lag_ms == 1000
 
     def out_of_sync():
         h = svc.host(paused.host)
@@ -246,27 +246,27 @@ def test_invalid_reload_changes_nothing(pg_topology, reloading, reactor, logged)
     env = {**topo.hosts_env(), **FAST}
     svc, write = reloading(env)
     yield wait_until(reactor, ready(svc), 10, "readiness")
-    before, view = svc.svc.config, svc.view
+    before, view = svc.svc.settings.current, svc.view
     write({**env, **topo.hosts_env(nodes=[topo.primary]), "pg_status__sleep_ms": "0"})
     assert svc.svc.reload() is False
-    assert svc.svc.config is before
+    assert svc.svc.settings.current is before
     assert len(svc.monitor.monitors) == 3
     assert [h.name for h in svc.view.hosts] == [n.host for n in topo.nodes]
     assert svc.view.generation >= view.generation
     errors = [line for line in logged if "configuration reload failed" in line]
     assert len(errors) == 1 and "pg_status__sleep_ms" in errors[0] and " ERROR " in errors[0]
 
-    (tmp := Path(svc.svc.env_file)).write_text("pg_status__sleep_ms='300\n")
+    (tmp := Path(svc.svc.reload_source)).write_text("pg_status__sleep_ms='300\n")
     assert svc.svc.reload() is False
-    assert svc.svc.config is before
+    assert svc.svc.settings.current is before
     assert any("pg_status__env_file" in line and "line 1" in line for line in logged)
 
     port = svc.svc.http.port.getHost().port
     write({**env, "pg_status__http_port": "1", "pg_status__min_lsn_wait_ms": "250"})
     assert tmp.exists()
     assert svc.svc.reload()
-    assert svc.svc.config.http_port == before.http_port
-    assert svc.svc.config.min_lsn_wait_ms == 250
+    assert svc.svc.settings.current.http_port == before.http_port
+    assert svc.svc.settings.current.min_lsn_wait_ms == 250
     assert svc.svc.http.port.getHost().port == port
     assert any("http_port=1 needs a restart" in line and " WARNING " in line for line in logged)
     r = yield svc.get("/ready")
@@ -331,7 +331,7 @@ def test_real_sighup_reloads_and_reopens_log(pg_topology, reloading, reactor, tm
 
         write({**env, "pg_status__sleep_ms": "300"})
         os.kill(os.getpid(), signal.SIGHUP)
-        yield wait_until(reactor, lambda: svc.svc.config.sleep_ms == 300, 5, "the reload")
+        yield wait_until(reactor, lambda: svc.svc.settings.current.sleep_ms == 300, 5, "the reload")
         obs(_event("after"))
         assert (tmp_path / "pg-status.log.1").read_text().endswith("before\n")
         assert logfile.read_text().endswith("after\n")

@@ -17,10 +17,10 @@ import time
 
 import pytest
 import pytest_twisted
+from http_apis import make_api
 from test_fastpath import CONFIG, view
 from twisted.internet import defer, task, threads
 
-from pgstatus.http.api import StatusAPI
 from pgstatus.http.fastpath import FastSite
 from pgstatus.http.transport import listen_tcp
 
@@ -37,7 +37,7 @@ def sites(reactor, request):
 
     def make(fast: bool = True):
         v = view()
-        api = StatusAPI(lambda: v, CONFIG, "9.9.9")
+        api = make_api(lambda: v, CONFIG, "9.9.9")
         site = FastSite(api.resource(), api.renderer, reactor, fast=fast)
         if request.param == "pgstatus":
             port = listen_tcp(reactor, 0, site, interface="127.0.0.1")

@@ -12,10 +12,10 @@ import socket
 
 import pytest
 import pytest_twisted
+from http_apis import make_api
 from twisted.internet import threads
 
 from pgstatus.config.environ import load_config
-from pgstatus.http.api import StatusAPI
 from pgstatus.http.fastpath import FastSite
 from pgstatus.http.transport import listen_tcp
 from pgstatus.model.selection import select_master
@@ -87,7 +87,7 @@ def sites(reactor):
 
     def make(fast: bool, ready: bool = True):
         v = view(ready)
-        api = StatusAPI(lambda: v, CONFIG, "9.9.9")
+        api = make_api(lambda: v, CONFIG, "9.9.9")
         site = FastSite(api.resource(), api.renderer, reactor, fast=fast)
         port = listen_tcp(reactor, 0, site, interface="127.0.0.1")
         ports.append(port)
@@ -143,9 +143,9 @@ def test_no_such_route_and_http_1_0_leave_klein_unloaded(reactor):
 
     def resource():
         built.append(True)
-        return StatusAPI(lambda: view(), CONFIG, "9.9.9").resource()
+        return make_api(lambda: view(), CONFIG, "9.9.9").resource()
 
-    api = StatusAPI(lambda: view(), CONFIG, "9.9.9")
+    api = make_api(lambda: view(), CONFIG, "9.9.9")
     site = FastSite(resource, api.renderer, reactor)
     port = listen_tcp(reactor, 0, site, interface="127.0.0.1")
     try:
@@ -289,7 +289,7 @@ def test_memoised_answers_are_counted_per_request(reactor):
     (the shortest path).
     """
     v = view()
-    api = StatusAPI(lambda: v, CONFIG, "9.9.9")
+    api = make_api(lambda: v, CONFIG, "9.9.9")
     site = FastSite(api.resource(), api.renderer, reactor)
     port = listen_tcp(reactor, 0, site, interface="127.0.0.1")
     fallback = b"GET /replica?lag_ms=1 HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -320,7 +320,7 @@ def test_memoised_heads_follow_the_view(reactor):
     from pgstatus.record import replace
 
     current = {"view": view(ready=False)}
-    api = StatusAPI(lambda: current["view"], CONFIG, "9.9.9")
+    api = make_api(lambda: current["view"], CONFIG, "9.9.9")
     site = FastSite(api.resource(), api.renderer, reactor)
     port = listen_tcp(reactor, 0, site, interface="127.0.0.1")
     try:
@@ -378,7 +378,7 @@ def test_pipelined_answers_that_need_no_wait(reactor, monkeypatch):
     monkeypatch.setattr(freshness, "MAX_WAITERS", 0)
     v = view()
     fresh = freshness.FreshReads(reactor, lambda i: None)
-    api = StatusAPI(lambda: v, CONFIG, "9.9.9", fresh)
+    api = make_api(lambda: v, CONFIG, "9.9.9", fresh)
     site = FastSite(api.resource(), api.renderer, reactor)
     port = listen_tcp(reactor, 0, site, interface="127.0.0.1")
     try:

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pgstatus.config.environ import load_config
+from pgstatus.config.provider import ConfigProvider
 from pgstatus.http.params import REPLICA_ROUTES, parse_filters, wants_json
 from pgstatus.http.responses import Renderer
 from pgstatus.http.wire import _args
@@ -61,7 +62,7 @@ params = st.dictionaries(
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(views(), st.sampled_from(sorted(REPLICA_ROUTES)), params, st.booleans())
 def test_replica_routes_never_fail(view, route, args, as_json):
-    r = Renderer(lambda: view, CONFIG, "1").replica(route, args, as_json)
+    r = Renderer(lambda: view, ConfigProvider(CONFIG), "1").replica(route, args, as_json)
     assert r.status in (200, 400, 404)
     if r.status == 400:
         assert r.body.startswith(b'{"error_text": "Invalid ')
@@ -87,7 +88,7 @@ def test_choice_satisfies_filters_and_falls_back_only_when_needed(view, route, a
     The answer is a live replica passing every filter, from the best health
     tier; the master only when no replica passes; 404 only without master.
     """
-    renderer = Renderer(lambda: view, CONFIG, "1")
+    renderer = Renderer(lambda: view, ConfigProvider(CONFIG), "1")
     r = renderer.replica(route, {k: v for k, v in args.items() if k != "wait_ms"}, False)
     if r.status == 400:
         return

@@ -13,10 +13,10 @@ import json
 import pytest
 import pytest_twisted
 import treq
+from http_apis import make_api
 from twisted.web.client import HTTPConnectionPool
 
 from pgstatus.config.environ import load_config
-from pgstatus.http.api import StatusAPI
 from pgstatus.http.fastpath import FastSite
 from pgstatus.http.transport import listen_tcp
 from pgstatus.model.selection import select_master
@@ -53,7 +53,7 @@ class Holder:
 @pytest.fixture
 def server(reactor):
     holder = Holder()
-    api = StatusAPI(holder, CONFIG, "1.2.3")
+    api = make_api(holder, CONFIG, "1.2.3")
     port = listen_tcp(reactor, 0, FastSite(api.resource(), api.renderer, reactor),
                       interface="127.0.0.1")
     pool = HTTPConnectionPool(reactor, persistent=False)

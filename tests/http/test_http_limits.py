@@ -12,10 +12,10 @@ import time
 
 import pytest
 import pytest_twisted
+from http_apis import make_api
 from twisted.internet import threads
 
 from pgstatus.config.environ import load_config
-from pgstatus.http.api import StatusAPI
 from pgstatus.http.fastpath import FastSite
 from pgstatus.http.transport import listen_tcp
 from pgstatus.model.selection import select_master
@@ -31,7 +31,7 @@ def site(reactor):
     ports = []
 
     def make(**limits):
-        api = StatusAPI(lambda: VIEW, CONFIG, "1")
+        api = make_api(lambda: VIEW, CONFIG, "1")
         s = FastSite(api.resource(), api.renderer, reactor, **limits)
         port = listen_tcp(reactor, 0, s, interface="127.0.0.1")
         ports.append(port)

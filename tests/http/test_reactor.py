@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest_twisted
+from http_apis import make_api
 from test_direct_send import DEADLINE, get
 from test_fastpath import CONFIG, view
 from test_launch import run_python
@@ -21,7 +22,6 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.python import log
 
 import pgstatus.reactor
-from pgstatus.http.api import StatusAPI
 from pgstatus.http.fastpath import FastSite
 from pgstatus.http.transport import Connection, Port, listen_tcp
 
@@ -66,7 +66,7 @@ def test_http_events_skip_the_log_context_others_keep_it(reactor, monkeypatch):
 
     monkeypatch.setattr(log, "callWithLogger", counting)
     v = view()
-    api = StatusAPI(lambda: v, CONFIG, "9.9.9")
+    api = make_api(lambda: v, CONFIG, "9.9.9")
     http = listen_tcp(reactor, 0, FastSite(api.resource(), api.renderer, reactor),
                       interface="127.0.0.1")
     echo = reactor.listenTCP(0, Factory.forProtocol(Echo), interface="127.0.0.1")

@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pgstatus.config.environ import load_config
+from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import HostConfig
 from pgstatus.http.params import (
     REPLICA_ROUTES,
@@ -29,7 +30,8 @@ from pgstatus.http.params import (
 from pgstatus.http.responses import JSON, TEXT, Renderer, Response
 from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
-from pgstatus.monitor.registry import HostState
+from pgstatus.monitor.registry import Registry
+from pgstatus.record import replace
 
 P = "pg_status__"
 LSN = 0x3000060
@@ -99,7 +101,7 @@ class Fixture:
 
     def __init__(self, v: View, cfg=None) -> None:
         self.view = v
-        self.renderer = Renderer(lambda: self.view, cfg or config(), "1.2.3")
+        self.renderer = Renderer(lambda: self.view, ConfigProvider(cfg or config()), "1.2.3")
 
     def replica(self, route: str, args: dict | None = None, as_json: bool = False) -> Response:
         return self.renderer.replica(route, args or {}, as_json)
@@ -720,14 +722,36 @@ def test_master_fallback_does_not_consume_a_turn():
 # /hosts and /status
 
 
-def _state(cfg, i, name, dc=None, geo=None, max_fails=3) -> HostState:
-    return HostState(HostConfig(name, 5432, dc, geo), i, max_fails)
+class _Host:
+    """
+    One host's check results, recorded through a registry as the monitor
+    records them, so the null rules are the registry's.
+    """
+
+    def __init__(self, cfg, i, name, dc=None, geo=None) -> None:
+        self._index = i
+        self._registry = Registry(ConfigProvider(
+            replace(cfg, hosts=(HostConfig(name, 5432, dc, geo),))))
+        self._state = self._registry.states[0]
+
+    def succeeded(self, **result) -> None:
+        self._registry.record_success(self._state, **result)
+
+    def failed(self) -> None:
+        self._registry.record_failure(self._state)
+
+    def status(self, cfg) -> HostStatus:
+        return replace(self._registry.view.hosts[0], index=self._index)
+
+
+def _state(cfg, i, name, dc=None, geo=None) -> _Host:
+    return _Host(cfg, i, name, dc, geo)
 
 
 def spec_example_view(cfg) -> View:
     """
-    The example of the specification's /hosts section, built through
-    :class:`HostState` so the null rules are the state module's.
+    The example of the specification's /hosts section, recorded
+    through a registry so the null rules are the registry's.
     """
     h1 = _state(cfg, 0, "host-1", "frankfurt", "europe")
     h1.succeeded(master=True, lsn=0x3000060, timeline=1, lag_ms=None, lag_bytes=None,

@@ -9,6 +9,7 @@ import pytest
 import pytest_twisted
 
 from pgstatus.config.environ import load_config
+from pgstatus.config.provider import ConfigProvider
 from pgstatus.http.responses import Renderer, rendezvous
 from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
@@ -30,7 +31,8 @@ def view(*down: str, lagging: str | None = None) -> View:
 
 
 def answer(v: View, key: str, route: str = "replica", **extra: str) -> str:
-    r = Renderer(lambda: v, CONFIG, "1").replica(route, {"key": key, **extra}, False)
+    renderer = Renderer(lambda: v, ConfigProvider(CONFIG), "1")
+    r = renderer.replica(route, {"key": key, **extra}, False)
     assert r.status == 200
     return r.body.decode()
 
@@ -66,7 +68,8 @@ def test_filters_still_apply_with_a_key():
 
 @pytest.mark.parametrize("bad", ["", "x" * 257])
 def test_invalid_key(bad):
-    r = Renderer(lambda: view(), CONFIG, "1").replica("replica", {"key": bad}, False)
+    renderer = Renderer(lambda: view(), ConfigProvider(CONFIG), "1")
+    r = renderer.replica("replica", {"key": bad}, False)
     assert (r.status, r.body) == (400, b'{"error_text": "Invalid key"}')
 
 

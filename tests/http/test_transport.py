@@ -14,11 +14,11 @@ import struct
 
 import pytest
 import pytest_twisted
+from http_apis import make_api
 from test_direct_send import DEADLINE, get, read_to_eof, the_channel, wait_for
 from test_fastpath import CONFIG, view
 from twisted.internet import threads
 
-from pgstatus.http.api import StatusAPI
 from pgstatus.http.channel import FastChannel
 from pgstatus.http.fastpath import FastSite
 from pgstatus.http.transport import NODELAY_INHERITED, Connection, listen_tcp
@@ -30,7 +30,7 @@ def site(reactor):
 
     def make(**kwargs):
         v = view()
-        api = StatusAPI(lambda: v, CONFIG, "9.9.9")
+        api = make_api(lambda: v, CONFIG, "9.9.9")
         s = FastSite(api.resource(), api.renderer, reactor, **kwargs)
         port = listen_tcp(reactor, 0, s, interface="127.0.0.1")
         made.append(port)
@@ -289,7 +289,7 @@ def test_ipv6_listener(reactor):
     listens on ``::``).
     """
     v = view()
-    api = StatusAPI(lambda: v, CONFIG, "9.9.9")
+    api = make_api(lambda: v, CONFIG, "9.9.9")
     s = FastSite(api.resource(), api.renderer, reactor)
     try:
         port = listen_tcp(reactor, 0, s, interface="::1")

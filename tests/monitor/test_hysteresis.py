@@ -15,6 +15,7 @@ import pytest_twisted
 
 from pgstatus.config.environ import load_config
 from pgstatus.config.settings import HostConfig
+from pgstatus.config.provider import ConfigProvider
 from pgstatus.http.responses import Renderer
 from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
@@ -81,11 +82,11 @@ def view(*lags_ms):
 def test_serving_floor_keeps_least_lagging_replicas():
     # (views memoise answers per renderer configuration: one view each)
     v0 = view(5000, 2000, 9000)
-    plain = Renderer(lambda: v0, load_config({P + "hosts": "m,r1,r2,r3"}), "1")
+    plain = Renderer(lambda: v0, ConfigProvider(load_config({P + "hosts": "m,r1,r2,r3"})), "1")
     assert {plain.replica("sync_by_time", {}, False).body for _ in range(4)} == {b"m"}
     v = view(5000, 2000, 9000)
     cfg = load_config({P + "hosts": "m,r1,r2,r3", P + "min_serving_replicas": "2"})
-    floor = Renderer(lambda: v, cfg, "1")
+    floor = Renderer(lambda: v, ConfigProvider(cfg), "1")
     assert {floor.replica("sync_by_time", {}, False).body for _ in range(6)} == {b"r1", b"r2"}
     # an explicit limit is the client's word: no floor
     assert floor.replica("sync_by_time", {"lag_ms": "1000"}, False).body == b"m"
@@ -96,7 +97,7 @@ def test_serving_floor_keeps_least_lagging_replicas():
 
 def test_hosts_unchanged_without_the_settings():
     v = view(5000)
-    r = Renderer(lambda: v, load_config({P + "hosts": "m,r1"}), "1")
+    r = Renderer(lambda: v, ConfigProvider(load_config({P + "hosts": "m,r1"})), "1")
     assert "sync_note" not in json.loads(r.hosts().body)[1]
 
 

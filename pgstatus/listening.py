@@ -1,5 +1,6 @@
 """
-A TCP listener service shared by the HTTP API and the HAProxy agent.
+A TCP listener service shared by the HTTP API and the HAProxy agent (a
+module of its own so that neither side imports the other for it).
 """
 
 from __future__ import annotations

@@ -1,0 +1,303 @@
+"""
+The whole pg-status service: the monitor, the HTTP listener and, when
+configured, the HAProxy agent listener and follower mode, built from
+collaborators handed to the constructor (the reactor, a probe factory, a
+listening function, a reloader), so that a test can build all of it with a
+memory reactor and fake probes.  :mod:`pgstatus.tap` builds the real one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from twisted.application.service import MultiService
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from pgstatus import __version__
+from pgstatus.collector import settle
+from pgstatus.config.provider import ConfigProvider
+from pgstatus.config.settings import Config, ConfigError
+from pgstatus.http.api import StatusAPI
+from pgstatus.http.fastpath import FastSite
+from pgstatus.http.freshness import FreshReads
+from pgstatus.http.hub import Hub
+from pgstatus.http.responses import Renderer, Response
+from pgstatus.listening import ListenerService
+from pgstatus.logging.observers import LevelFilter
+from pgstatus.logging.twistd import factory_observer, install_observer
+from pgstatus.memory import HeapTrimmer
+from pgstatus.model.stats import FollowStats, HostCounters
+from pgstatus.model.status import View
+from pgstatus.monitor.scheduler import MIN_EXTRA_INTERVAL, MonitorService, Probe
+from pgstatus.stopsignals import install_stop_signals
+
+# Imported where used, so a service that does not use them does not load
+# them: pgstatus.agent (pg_status__agent_port), pgstatus.config.reload
+# (pg_status__env_file), pgstatus.monitor.follower (pg_status__follow),
+# pgstatus.http.metrics (the first /metrics), and, through FastSite,
+# twisted.web.server and Klein.
+
+log = Logger(namespace="pgstatus.main")
+http_log = Logger(namespace="pgstatus.http")
+config_log = Logger(namespace="pgstatus.config")
+
+#: ``(port, factory, interface=...) -> IListeningPort``, as ``listenTCP``
+ListenTCP = Callable[..., Any]
+
+
+class Reloader(Protocol):
+    """
+    Where a reload reads its configuration (see
+    :class:`pgstatus.config.reload.EnvFileReloader`).
+    """
+
+    #: what is read, for the reload's log line
+    source: str
+
+    def load(self) -> Config:
+        """
+        The configuration to put in force; raises ConfigError.
+        """
+
+
+class _Stats:
+    """
+    The :class:`~pgstatus.model.stats.StatsSource` ``/metrics`` reads: the
+    monitor's counters and, on a follower, the follower's state.
+    """
+
+    def __init__(self, monitor: MonitorService, follower: Any) -> None:
+        self._monitor = monitor
+        self._follower = follower
+
+    def host_counters(self) -> Sequence[HostCounters]:
+        return self._monitor.host_counters()
+
+    def follow_stats(self) -> FollowStats:
+        if self._follower is None:
+            return FollowStats("hub")
+        stats: FollowStats = self._follower.follow_stats()
+        return stats
+
+
+class PgStatusService(MultiService):
+    """
+    The whole service.
+
+    :param settings: the running configuration; a reload swaps it.
+    :param reactor: time, TCP, threads.
+    :param probe_factory: ``(host_index) -> Probe``; real PostgreSQL probes
+        by default.
+    :param listen_tcp: how the HTTP listener listens (the fast path's own
+        ``listen_tcp`` by default; a memory reactor's ``listenTCP`` in tests).
+    :param reloader: gives the configuration a reload applies (what SIGHUP
+        asks for, with ``pg_status__env_file``); ``None``: no reloads.
+    :param server_options: twistd's options, when run by twistd.
+    :ivar monitor: the :class:`MonitorService`.
+    :ivar http: the HTTP :class:`ListenerService`.
+    :ivar agent: the HAProxy agent listener, or ``None``.
+    :ivar api: the :class:`StatusAPI`.
+    """
+
+    def __init__(self, settings: ConfigProvider, reactor: Any, *,
+                 probe_factory: Callable[[int], Probe] | None = None,
+                 listen_tcp: ListenTCP | None = None,
+                 reloader: Reloader | None = None,
+                 server_options: Any = None) -> None:
+        super().__init__()
+        config = settings.current
+        self.settings = settings
+        self._reactor = reactor
+        self._reloader = reloader
+        self._server_options = server_options
+        #: our log observer, when we installed it under twistd
+        self.log_observer: Any = None
+        self._restore_sighup: Callable[[], None] | None = None
+        self.monitor = MonitorService(settings, reactor, probe_factory, poll=not config.follow)
+        self.monitor.setServiceParent(self)
+        #: follower mode: the hubs' follower (``pg_status__follow``), else ``None``
+        self.follower: Any = None
+        if config.follow:
+            from pgstatus.monitor.follower import FollowerService
+
+            self.follower = FollowerService(settings, reactor, self.monitor)
+            self.follower.setServiceParent(self)
+            check_soon = self.follower.check_soon
+        else:
+            def check_soon(i: int) -> None:
+                self.monitor.check_soon(i, MIN_EXTRA_INTERVAL)
+        registry = self.monitor.registry
+        self.fresh = FreshReads(reactor, check_soon)
+        registry.observe(self.fresh.published)
+        #: the streams of our followers (``GET /follow``): made at the first
+        #: follower's request; always ``None`` on a follower
+        self.hub: Hub | None = None
+        renderer = Renderer(self.current_view, settings, __version__, self.fresh)
+        self._metrics: Callable[[], Response] | None = None
+        self.api = StatusAPI(
+            renderer, metrics=self._render_metrics,
+            hub=None if config.follow else self._the_hub, check_soon=check_soon)
+        self.site = FastSite(
+            self.api.resource, renderer, reactor,
+            max_connections=config.http_max_connections,
+            idle_timeout=config.http_idle_timeout_ms / 1000,
+            header_timeout=config.http_header_timeout_ms / 1000,
+        )
+        # response bytes are memoised per view: drop them with it
+        registry.observe(lambda old, new: self.site.wire.reset())
+        if listen_tcp is None:
+            from pgstatus.http.transport import listen_tcp as fast_listen
+
+            def listen_tcp(port: int, factory: Any, interface: str = "") -> Any:
+                return fast_listen(reactor, port, factory, interface=interface)
+        self.http = ListenerService(reactor, config.http_listen_address, config.http_port,
+                                    self.site, http_log, "server", listen=listen_tcp)
+        self.http.setName("http")
+        self.http.setServiceParent(self)
+        #: gives memory freed into glibc's heap back to the system once a minute
+        self.trimmer = HeapTrimmer(reactor)
+        self.trimmer.setServiceParent(self)
+        #: the HAProxy agent-check listener, only with pg_status__agent_port
+        self.agent: Any = None
+        if config.agent_port:
+            from pgstatus.agent import AgentService
+
+            self.agent = AgentService(reactor, config.http_listen_address, config.agent_port,
+                                      self.current_view)
+            self.agent.setServiceParent(self)
+
+    @property
+    def reload_source(self) -> str | None:
+        """
+        What a reload reads (the environment file), or ``None``.
+        """
+        return None if self._reloader is None else self._reloader.source
+
+    def current_view(self) -> View:
+        """
+        The published view.
+        """
+        return self.monitor.registry.view
+
+    def _the_hub(self) -> Hub:
+        """
+        The followers' streams, made at the first ``/follow`` request.
+        """
+        if self.hub is None:
+            self.hub = Hub(self._reactor, self.current_view,
+                           lambda: self.settings.current.hosts)
+            self.monitor.registry.observe(self.hub.published)
+        return self.hub
+
+    def _render_metrics(self) -> Response:
+        """
+        ``/metrics``, its renderer loaded at the first request.
+        """
+        if self._metrics is None:
+            from pgstatus.http.metrics import MetricsRenderer
+
+            self._metrics = MetricsRenderer(self.current_view,
+                                            _Stats(self.monitor, self.follower),
+                                            self.api.renderer, lambda: self.hub)
+        return self._metrics()
+
+    def setServiceParent(self, parent: Any) -> None:
+        """
+        Under twistd, make the application log through our observer (twistd
+        starts logging after the service joins the application).
+        """
+        config = self.settings.current
+        if self._server_options is not None:
+            self.log_observer = install_observer(parent, self._server_options,
+                                                 config.log_level, config.log_format)
+        super().setServiceParent(parent)
+
+    def startService(self) -> None:
+        """
+        Log the effective configuration and start.
+        """
+        config = self.settings.current
+        settings = " ".join(f"{k}={v}" for k, v in config.public_items())
+        log.info("starting pg-status version={version} {settings}",
+                 version=__version__, settings=settings)
+        for w in config.warnings:
+            config_log.warn("{warning}", warning=w)
+        super().startService()
+        if self._reloader is not None:
+            from pgstatus.config.reload import install_sighup
+
+            self._restore_sighup = install_sighup(self._reactor, self.reload)
+        if self._server_options is not None:
+            # under twistd: after the reactor has installed its own handlers
+            self._reactor.callWhenRunning(self._install_stop_signals)
+            # the process's start-up is over: its objects stay for good
+            settle()
+
+    def _install_stop_signals(self) -> None:
+        if self.running:
+            install_stop_signals(self._reactor)
+
+    def stopService(self) -> Deferred[None] | None:
+        """
+        Stop everything.
+        """
+        log.info("shutting down")
+        if self.hub is not None:
+            self.hub.close()
+        restore, self._restore_sighup = self._restore_sighup, None
+        if restore is not None:
+            restore()
+        # The stop handlers stay: a second SIGTERM while shutting down must
+        # not bring back Twisted's (which would end with the signal).
+        return super().stopService()
+
+    def reload(self) -> bool:
+        """
+        Apply the configuration the reloader gives (what SIGHUP schedules
+        on the reactor thread).
+
+        An invalid configuration is logged and changes nothing.  Settings
+        that need a restart keep their running values, with a warning.
+        Everything else takes effect at once: the provider is swapped once,
+        then the parts that hold timers or connections react (the monitors'
+        periods, deadlines, credentials and host list, see
+        :meth:`MonitorService.settings_changed`; follower mode), a new view
+        is published, and the log level and format change last.
+
+        :return: whether a new configuration was applied.
+        """
+        if self._reloader is None:
+            return False
+        from pgstatus.config.reload import plan_reload
+
+        try:
+            new = self._reloader.load()
+        except ConfigError as e:
+            log.error("configuration reload failed, keeping the running configuration: "
+                      "{error}", error=str(e))
+            return False
+        old = self.settings.current
+        plan = plan_reload(old, new)
+        for item in plan.needs_restart:
+            log.warn("configuration reload: {setting} needs a restart; keeping the running "
+                     "value", setting=item)
+        config = plan.config
+        for w in config.warnings:
+            if w not in old.warnings:
+                config_log.warn("{warning}", warning=w)
+        mirrored = self.follower.mirrored_for(config) if self.follower is not None else None
+        self.settings.swap(config)
+        added, removed = self.monitor.settings_changed(old, mirrored)
+        if self.follower is not None:
+            self.follower.settings_changed(mirrored is not None)
+        log.info("configuration reloaded file={file} changed={changed} added_hosts={added} "
+                 "removed_hosts={removed}",
+                 file=self._reloader.source, changed=" ".join(plan.changed) or "none",
+                 added=",".join(added) or "none", removed=",".join(removed) or "none")
+        # last, so the line above is written whatever the new level
+        observer = self.log_observer or factory_observer()
+        if isinstance(observer, LevelFilter):
+            observer.reconfigure(config.log_level, config.log_format)
+        return True
