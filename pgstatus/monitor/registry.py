@@ -160,6 +160,15 @@ class Registry:
         last = ref[1] if ref is not None and ref[0] is not state else None
         return current, check_ok, last
 
+    @property
+    def reference_position(self) -> MasterPosition | None:
+        """
+        The master position replica lag is measured against: of the
+        selected master, or, while none is selected, of the master selected
+        last.
+        """
+        return None if self._reference is None else self._reference[1]
+
     def observe(self, observer: Callable[[View, View], None]) -> None:
         """
         Call ``observer(old, new)`` after every publication.

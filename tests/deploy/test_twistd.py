@@ -269,7 +269,7 @@ def test_stop_signal_handlers_stop_once_and_keep_ignored_signals() -> None:
     thread (a second one during shutdown is harmless); an ignored SIGINT stays
     ignored; ``restore`` puts the previous handlers back.
     """
-    from pgstatus.tap import install_stop_signals
+    from pgstatus.stopsignals import install_stop_signals
 
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     signal.signal(signal.SIGINT, signal.SIG_IGN)

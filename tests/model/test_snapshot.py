@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pgstatus.config.environ import load_config
+from pgstatus.config.provider import ConfigProvider
 from pgstatus.model.snapshot import SnapshotError, decode, encode
 from pgstatus.model.status import HostStatus, View
 from pgstatus.monitor.follower import parse_event
@@ -117,26 +118,28 @@ def test_registry_mirror_then_own_checks():
     replace the mirrored statuses host by host.
     """
     cfg = config()
-    reg = Registry(cfg)
+    reg = Registry(ConfigProvider(cfg))
+    # a position left from an earlier time of our own polling
+    from pgstatus.monitor.lag import MasterPosition
+
+    stale = MasterPosition(0, 123, False, 1, 0.0, 0.0, 0.0)
+    reg.record_success(reg.states[0], master=True, lsn=123, timeline=1, lag_ms=0, lag_bytes=0,
+                       position=stale)
+    assert reg.reference_position == stale
     seen: list[View] = []
     reg.observe(lambda old, new: seen.append(new))
     _, ready, master, statuses = decode(encode(view(), cfg.hosts, 1), cfg.hosts)
     v = reg.mirror(statuses, master, ready)
     assert seen == [v] and v.ready and v.master.name == "m"
     assert v.hosts[1].possible_dead and not v.hosts[2].alive
-    # positions left from an earlier time of our own polling
-    from pgstatus.monitor.lag import MasterPosition
-
-    stale = MasterPosition(0, 123, False, 1, 0.0, 0.0, 0.0)
-    reg.states[0].position = reg.last_master_position = stale
     reg.seed_from_view()
-    assert reg.states[0].position is None and reg.last_master_position is None
+    assert reg.states[0].position is None and reg.reference_position is None
     a, b = reg.states[1], reg.states[2]
-    assert a.reached and a.failures == 1 and not a.dead
-    assert b.dead
+    assert a.reached and reg.failures(a) == 1 and not reg.is_dead(a)
+    assert reg.is_dead(b)
     # one failure of ours does not kill the possibly dead host the hub reached
-    a.failed()
-    v = reg.publish(1)
+    reg.record_failure(a)
+    v = reg.view
     assert v.hosts[1].alive and v.hosts[1].possible_dead
     assert v.hosts[0] == statuses[0]  # still the hub's
     assert v.master.name == "m"

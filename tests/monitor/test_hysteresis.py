@@ -14,21 +14,21 @@ import pytest
 import pytest_twisted
 
 from pgstatus.config.environ import load_config
-from pgstatus.config.settings import HostConfig
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.http.responses import Renderer
 from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
-from pgstatus.monitor.registry import HostState, _sync_step
+from pgstatus.monitor import sync
+from pgstatus.monitor.registry import Registry
 from service import RunningService, blocking, wait_until
 
 P = "pg_status__"
 
 
 @pytest.mark.parametrize("lag", [None, 0, 999, 1000, 1001, 10**9])
-@pytest.mark.parametrize("state", [None, (True, 0), (False, 0)])
+@pytest.mark.parametrize("state", [None, sync.Membership(True), sync.Membership(False)])
 def test_without_hysteresis_step_is_the_threshold(lag, state):
-    assert _sync_step(state, lag, 1000, None, 0)[0] == (lag is not None and lag <= 1000)
+    assert sync.step(state, lag, 1000, None, 0).member == (lag is not None and lag <= 1000)
 
 
 def test_evicted_after_n_checks_and_back_only_under_reenter():
@@ -36,20 +36,25 @@ def test_evicted_after_n_checks_and_back_only_under_reenter():
            (400, True), (2000, True), (600, True)]
     state = None
     for lag, expected in seq:
-        state = _sync_step(state, lag, 1000, 500, 3)
-        assert state[0] is expected, (lag, state)
+        state = sync.step(state, lag, 1000, 500, 3)
+        assert state.member is expected, (lag, state)
 
 
 def run_checks(config, lags):
-    st = HostState(HostConfig("r", 5432, None, None), 0, 3)
+    """
+    Record one check per entry of ``lags`` (a lag, or ``"fail"``) through a
+    registry; the statuses each recording returned.
+    """
+    registry = Registry(ConfigProvider(config))
+    st = registry.states[0]
     out = []
     for lag in lags:
         if lag == "fail":
-            st.failed()
+            out.append(registry.record_failure(st))
         else:
-            st.succeeded(master=False, lsn=1, timeline=1, lag_ms=lag, lag_bytes=0,
-                         position=None)
-        out.append(st.status(config))
+            out.append(registry.record_success(st, master=False, lsn=1, timeline=1, lag_ms=lag,
+                                               lag_bytes=0, position=None))
+        assert out[-1] == registry.view.hosts[0]
     return out
 
 

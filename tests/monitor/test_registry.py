@@ -3,7 +3,8 @@ Tests for :mod:`pgstatus.model.status`: host state transitions, the registry's
 views and readiness, the master position kept for lag, and the log events
 derived from two views.
 
-No reactor: states are driven by calling ``succeeded``/``failed`` directly.
+No reactor: check results are recorded by calling the registry's
+``record_success``/``record_failure`` directly.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from hypothesis import strategies as st
 from twisted.logger import LogLevel
 
 from pgstatus.config.environ import load_config
+from pgstatus.config.provider import ConfigProvider
 from pgstatus.model.status import HostStatus, View
+from pgstatus.monitor.changes import describe_changes
 from pgstatus.monitor.lag import MasterPosition
-from pgstatus.monitor.registry import HostState, Registry, describe_changes
+from pgstatus.monitor.registry import Registry
 
 P = "pg_status__"
 LSN = 0x3000060
@@ -43,28 +46,78 @@ def pos(index: int, lsn: int = LSN, timeline: int | None = 1) -> MasterPosition:
     return MasterPosition(index, lsn, False, timeline, 10.0, 0.0, 0.001)
 
 
-def ok_master(state: HostState, lsn: int = LSN, position: MasterPosition | None = None) -> None:
+class Host:
     """
-    Record a successful check of ``state`` as a master.
+    One host of a registry, as the monitor sees it: its results are
+    recorded through the registry, which publishes them.
     """
-    state.succeeded(master=True, lsn=lsn, timeline=1, lag_ms=None, lag_bytes=None,
-                    position=position or pos(state.index, lsn))
+
+    def __init__(self, registry: Registry, index: int) -> None:
+        self.registry = registry
+        self.index = index
+        self.handle = registry.states[index]
+
+    def succeeded(self, **result) -> HostStatus:
+        return self.registry.record_success(self.handle, **result)
+
+    def failed(self) -> HostStatus:
+        return self.registry.record_failure(self.handle)
+
+    def status(self, cfg=None) -> HostStatus:
+        return self.registry.view.hosts[self.index]
+
+    @property
+    def failures(self) -> int:
+        return self.registry.failures(self.handle)
+
+    @property
+    def position(self) -> MasterPosition | None:
+        return self.handle.position
 
 
-def ok_replica(state: HostState, lag_ms: int | None = 10, lag_bytes: int | None = 10,
-               lsn: int | None = LSN) -> None:
+def registry(cfg) -> Registry:
     """
-    Record a successful check of ``state`` as a replica.
+    A registry for ``cfg``.
     """
-    state.succeeded(master=False, lsn=lsn, timeline=1, lag_ms=lag_ms, lag_bytes=lag_bytes,
-                    position=None)
+    return Registry(ConfigProvider(cfg))
 
 
-def state(cfg, index: int = 1) -> HostState:
+def _host(where, index: int | None) -> Host:
+    return where if isinstance(where, Host) else Host(where, index)
+
+
+def ok_master(where, index: int | None = None, lsn: int = LSN,
+              position: MasterPosition | None = None) -> HostStatus:
     """
-    A fresh state for host ``index`` of ``cfg``.
+    Record a successful check of a host (a :class:`Host`, or a registry and
+    an index) as a master.
     """
-    return HostState(cfg.hosts[index], index, cfg.max_fails)
+    h = _host(where, index)
+    return h.succeeded(master=True, lsn=lsn, timeline=1, lag_ms=None, lag_bytes=None,
+                       position=position or pos(h.index, lsn))
+
+
+def ok_replica(where, index: int | None = None, lag_ms: int | None = 10,
+               lag_bytes: int | None = 10, lsn: int | None = LSN) -> HostStatus:
+    """
+    Record a successful check of a host as a replica.
+    """
+    return _host(where, index).succeeded(master=False, lsn=lsn, timeline=1, lag_ms=lag_ms,
+                                         lag_bytes=lag_bytes, position=None)
+
+
+def fail(reg: Registry, index: int) -> HostStatus:
+    """
+    Record a failed check of host ``index``.
+    """
+    return Host(reg, index).failed()
+
+
+def state(cfg, index: int = 1) -> Host:
+    """
+    Host ``index`` of a fresh registry for ``cfg``.
+    """
+    return Host(registry(cfg), index)
 
 
 # ---------------------------------------------------------------------------
@@ -258,7 +311,7 @@ def test_registry_initial_view():
     Before any check: not ready, no master, generation 0, every host
     unchecked.
     """
-    reg = Registry(config())
+    reg = registry(config())
     v = reg.view
     assert (v.ready, v.master, v.generation) == (False, None, 0)
     assert [h.name for h in v.hosts] == ["m", "a", "b"]
@@ -270,13 +323,13 @@ def test_registry_ready_only_when_every_host_checked():
     The view becomes ready when the last host completes its first check,
     successful or not.
     """
-    reg = Registry(config())
-    ok_master(reg.states[0])
-    assert not reg.publish(0).ready
-    reg.states[2].failed()
-    assert not reg.publish(2).ready
-    ok_replica(reg.states[1])
-    v = reg.publish(1)
+    reg = registry(config())
+    ok_master(reg, 0)
+    assert not reg.view.ready
+    fail(reg, 2)
+    assert not reg.view.ready
+    ok_replica(reg, 1)
+    v = reg.view
     assert v.ready
     assert v.master is not None and v.master.name == "m"
 
@@ -285,10 +338,10 @@ def test_registry_ready_with_every_host_failing():
     """
     Readiness needs no live host.
     """
-    reg = Registry(config())
-    for i, s in enumerate(reg.states):
-        s.failed()
-        v = reg.publish(i)
+    reg = registry(config())
+    for i in range(len(reg.states)):
+        fail(reg, i)
+        v = reg.view
     assert v.ready and v.master is None
     assert not any(h.alive for h in v.hosts)
 
@@ -297,17 +350,15 @@ def test_registry_never_unready_again():
     """
     Later outages never make the registry unready.
     """
-    reg = Registry(config(max_fails=1))
-    ok_master(reg.states[0])
-    reg.publish(0)
+    reg = registry(config(max_fails=1))
+    ok_master(reg, 0)
     for i in (1, 2):
-        ok_replica(reg.states[i])
-        reg.publish(i)
+        ok_replica(reg, i)
     assert reg.view.ready
     for _ in range(3):
-        for i, s in enumerate(reg.states):
-            s.failed()
-            assert reg.publish(i).ready
+        for i in range(len(reg.states)):
+            fail(reg, i)
+            assert reg.view.ready
 
 
 def test_registry_generation_and_observers():
@@ -315,14 +366,14 @@ def test_registry_generation_and_observers():
     Every publication bumps the generation and calls observers with the old
     and new views.
     """
-    reg = Registry(config())
+    reg = registry(config())
     calls: list[tuple[View, View]] = []
     reg.observe(lambda old, new: calls.append((old, new)))
     first = reg.view
-    ok_master(reg.states[0])
-    v1 = reg.publish(0)
-    ok_replica(reg.states[1])
-    v2 = reg.publish(1)
+    ok_master(reg, 0)
+    v1 = reg.view
+    ok_replica(reg, 1)
+    v2 = reg.view
     assert (v1.generation, v2.generation) == (1, 2)
     assert calls == [(first, v1), (v1, v2)]
     assert reg.view is v2
@@ -332,25 +383,23 @@ def test_registry_views_are_snapshots():
     """
     A published view does not change when a host state changes later.
     """
-    reg = Registry(config())
-    ok_replica(reg.states[1], lag_ms=1)
-    v = reg.publish(1)
-    ok_replica(reg.states[1], lag_ms=2)
+    reg = registry(config())
+    ok_replica(reg, 1, lag_ms=1)
+    v = reg.view
+    ok_replica(reg, 1, lag_ms=2)
     assert v.hosts[1].lag_ms == 1
-    assert reg.publish(1).hosts[1].lag_ms == 2
+    assert reg.view.hosts[1].lag_ms == 2
 
 
 def test_registry_master_state():
     """
     master_state is the state of the selected master, or None.
     """
-    reg = Registry(config(max_fails=1))
+    reg = registry(config(max_fails=1))
     assert reg.master_state() is None
-    ok_master(reg.states[2])
-    reg.publish(2)
+    ok_master(reg, 2)
     assert reg.master_state() is reg.states[2]
-    reg.states[2].failed()
-    reg.publish(2)
+    fail(reg, 2)
     assert reg.master_state() is None
 
 
@@ -359,31 +408,28 @@ def test_last_master_position_follows_selected_master():
     The position for lag is the selected master's; kept when the master
     disappears; replaced when another master is selected.
     """
-    reg = Registry(config(max_fails=2))
-    assert reg.last_master_position is None
-    ok_master(reg.states[0], lsn=100)
-    reg.publish(0)
-    assert reg.last_master_position == pos(0, 100)
+    reg = registry(config(max_fails=2))
+    assert reg.reference_position is None
+    ok_master(reg, 0, lsn=100)
+    assert reg.reference_position == pos(0, 100)
 
-    ok_master(reg.states[0], lsn=200)
-    reg.publish(0)
-    assert reg.last_master_position == pos(0, 200)
+    ok_master(reg, 0, lsn=200)
+    assert reg.reference_position == pos(0, 200)
 
-    reg.states[0].failed()  # possibly dead: still selected, same position
-    assert reg.publish(0).master.name == "m"
-    assert reg.last_master_position == pos(0, 200)
+    fail(reg, 0)  # possibly dead: still selected, same position
+    assert reg.view.master.name == "m"
+    assert reg.reference_position == pos(0, 200)
 
-    reg.states[0].failed()  # dead: no master, position kept
-    assert reg.publish(0).master is None
-    assert reg.last_master_position == pos(0, 200)
+    fail(reg, 0)  # dead: no master, position kept
+    assert reg.view.master is None
+    assert reg.reference_position == pos(0, 200)
 
-    ok_replica(reg.states[1])  # other publications keep it too
-    reg.publish(1)
-    assert reg.last_master_position == pos(0, 200)
+    ok_replica(reg, 1)  # other publications keep it too
+    assert reg.reference_position == pos(0, 200)
 
-    ok_master(reg.states[2], lsn=300)
-    assert reg.publish(2).master.name == "b"
-    assert reg.last_master_position == pos(2, 300)
+    ok_master(reg, 2, lsn=300)
+    assert reg.view.master.name == "b"
+    assert reg.reference_position == pos(2, 300)
 
 
 def test_last_master_position_ignores_split_brain_master():
@@ -391,13 +437,12 @@ def test_last_master_position_ignores_split_brain_master():
     Another master, as in a split brain, does not count: only the selected
     (first in host order) master's position is used.
     """
-    reg = Registry(config())
-    ok_master(reg.states[0], lsn=100)
-    reg.publish(0)
-    ok_master(reg.states[2], lsn=999)
-    v = reg.publish(2)
+    reg = registry(config())
+    ok_master(reg, 0, lsn=100)
+    ok_master(reg, 2, lsn=999)
+    v = reg.view
     assert v.master.name == "m"
-    assert reg.last_master_position == pos(0, 100)
+    assert reg.reference_position == pos(0, 100)
 
 
 def test_split_brain_healthy_master_beats_possibly_dead_first():
@@ -405,15 +450,13 @@ def test_split_brain_healthy_master_beats_possibly_dead_first():
     Within the best health group: a healthy later master wins over a
     possibly dead earlier one, and its position becomes the lag reference.
     """
-    reg = Registry(config())
-    ok_master(reg.states[0], lsn=100)
-    reg.publish(0)
-    ok_master(reg.states[2], lsn=500)
-    reg.publish(2)
-    reg.states[0].failed()
-    v = reg.publish(0)
+    reg = registry(config())
+    ok_master(reg, 0, lsn=100)
+    ok_master(reg, 2, lsn=500)
+    fail(reg, 0)
+    v = reg.view
     assert v.master.name == "b"
-    assert reg.last_master_position == pos(2, 500)
+    assert reg.reference_position == pos(2, 500)
 
 
 # ---------------------------------------------------------------------------
@@ -563,18 +606,15 @@ def test_describe_changes_from_registry():
     Events come out of real publications: the first checks, a failure, a
     death and the master selection.
     """
-    reg = Registry(config("m,a", max_fails=2))
+    cfg = config("m,a", max_fails=2)
+    reg = registry(cfg)
     events: list[tuple[LogLevel, str]] = []
     reg.observe(lambda old, new: events.extend(
-        (lvl, fmt.format(**f)) for lvl, fmt, f in describe_changes(old, new, reg.config)))
-    ok_master(reg.states[0])
-    reg.publish(0)
-    ok_replica(reg.states[1])
-    reg.publish(1)
-    reg.states[0].failed()
-    reg.publish(0)
-    reg.states[0].failed()
-    reg.publish(0)
+        (lvl, fmt.format(**f)) for lvl, fmt, f in describe_changes(old, new, cfg)))
+    ok_master(reg, 0)
+    ok_replica(reg, 1)
+    fail(reg, 0)
+    fail(reg, 0)
     assert events == [
         (LogLevel.info, "host state changed host=m state=alive role=master"),
         (LogLevel.info, "master changed master=m previous=none"),

@@ -10,6 +10,7 @@ from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.task import Clock
 
 from pgstatus.config.environ import load_config
+from pgstatus.config.provider import ConfigProvider
 from pgstatus.monitor.lag import Observation
 from pgstatus.monitor.probe import CheckFailed
 from pgstatus.monitor.scheduler import MonitorService
@@ -79,7 +80,7 @@ def make(n: int = 1, **env: str) -> tuple[Clock, MonitorService, list[FakeProbe]
     config = load_config(environ)
     clock = Clock()
     probes = [FakeProbe() for _ in range(n)]
-    svc = MonitorService(config, clock, probe_factory=lambda i: probes[i])
+    svc = MonitorService(ConfigProvider(config), clock, probe_factory=lambda i: probes[i])
     return clock, svc, probes
 
 
@@ -140,7 +141,7 @@ def test_deadline_aborts_and_counts_failure() -> None:
     clock.advance(0.3)
     h = svc.view.hosts[0]
     assert not h.alive and h.possible_dead and h.lsn is None
-    assert svc.monitors[0].state.failures == 3
+    assert svc.registry.failures(svc.monitors[0].state) == 3
 
 
 def test_deadline_pauses() -> None:
