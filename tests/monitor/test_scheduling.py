@@ -6,12 +6,12 @@ Scheduling, deadlines, connection turns and dead-host back-off, driven by
 from __future__ import annotations
 
 import pytest
-from twisted.internet.defer import CancelledError, Deferred
+from fakeprobe import FakeProbe, master_obs, replica_obs
+from twisted.internet.defer import CancelledError
 from twisted.internet.task import Clock
 
 from pgstatus.config.environ import load_config
 from pgstatus.config.provider import ConfigProvider
-from pgstatus.monitor.lag import Observation
 from pgstatus.monitor.probe import CheckFailed
 from pgstatus.monitor.scheduler import MonitorService
 from pgstatus.monitor.turns import AUTH_PAUSE, ConnectTurns, Deadline
@@ -19,59 +19,6 @@ from pgstatus.monitor.turns import AUTH_PAUSE, ConnectTurns, Deadline
 #: the original service's poll-error lines, under one rate limit
 POLL_ERRORS = ("PostgreSQL operation failed", "PostgreSQL poll timed out",
                "unexpected PostgreSQL result row count")
-
-
-class FakeProbe:
-    """
-    A probe whose checks the test finishes by hand.  ``abort`` fails the
-    pending check as a real probe does when its connection is closed.
-    """
-
-    def __init__(self) -> None:
-        self.pending: Deferred | None = None
-        self.starts: list[float] = []
-        self.aborts = 0
-        self.closed = False
-        self.deadline: Deadline | None = None
-
-    def check(self, started: float, deadline: Deadline) -> Deferred:
-        assert self.pending is None, "checks of one host overlapped"
-        self.starts.append(started)
-        self.deadline = deadline
-        deadline.start()
-        self.pending = Deferred()
-        return self.pending
-
-    def _take(self) -> Deferred:
-        d, self.pending = self.pending, None
-        assert d is not None, "no check in progress"
-        return d
-
-    def answer(self, obs: Observation) -> None:
-        self._take().callback(obs)
-
-    def fail(self, late: bool = False) -> None:
-        self._take().errback(CheckFailed("connect", "boom", late=late))
-
-    def abort(self) -> None:
-        self.aborts += 1
-        if self.pending is not None:
-            self._take().errback(CheckFailed("consume_input", "connection closed"))
-
-    def close(self) -> None:
-        self.closed = True
-        self.abort()
-
-
-def master_obs(clock: Clock, lsn: int = 1000, timeline: int = 1) -> Observation:
-    now = clock.seconds()
-    return Observation(now, now, now, now, False, wal_lsn=lsn, insert_lsn=lsn, timeline=timeline)
-
-
-def replica_obs(clock: Clock, replay: int = 1000, timeline: int = 1) -> Observation:
-    now = clock.seconds()
-    return Observation(now, now, now, now, True, timeline=timeline, replay_lsn=replay,
-                       receive_lsn=replay, replay_ts=now - 5.0)
 
 
 def make(n: int = 1, **env: str) -> tuple[Clock, MonitorService, list[FakeProbe]]:
