@@ -100,7 +100,11 @@ def spec_replica_answers(view: Any, min_lsn: int | None = None,
         if not h.alive or h.master:
             return False
         if min_lsn is not None:
-            if h.lsn is None or h.lsn < min_lsn:
+            # a position inside a WAL page header (what the master reports
+            # after a record that ends at a page boundary) is met at the
+            # page's start: the view's reach says how far that goes
+            replayed = h.reach if h.reach is not None else h.lsn
+            if replayed is None or replayed < min_lsn:
                 return False
             if h.timeline is not None and master_tl is not None and h.timeline != master_tl:
                 return False

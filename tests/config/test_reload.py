@@ -215,7 +215,7 @@ def test_hosts_added_and_removed(pg_topology, reloading, reactor):
     assert [h.index for h in svc.view.hosts] == [0, 1]
     assert svc.view.master is not None and svc.view.master.name == primary.host
     assert len(svc.monitor.monitors) == 2 and svc.monitor.monitors[0] is kept
-    assert svc.monitor.monitors[1].state.index == 1
+    assert svc.monitor.registry.index_of(svc.monitor.monitors[1].state) == 1
 
     def gone():
         d = blocking(first.backend_pids, application_name="pg-status")
