@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 DAEMON_VENV ?= .venv-daemon
 DAEMON_STAMP := $(DAEMON_VENV)/.installed
 
-.PHONY: venv run test test-fast lint bench bench-hosts bench-fresh bench-rate bench-follow bench-quota bench-iterations soak clean
+.PHONY: venv run test test-fast lint typecheck bench bench-hosts bench-fresh bench-rate bench-follow bench-quota bench-iterations soak clean
 
 $(STAMP): setup.py pyproject.toml
 	bash .ci/system-deps
@@ -37,7 +37,9 @@ run: $(STAMP)
 ## container tests (Docker image, Compose demo) when a Docker engine exists or
 ## can be started (see tests/dockerengine.py; in CI they fail without one).
 ## PYTEST_ARGS adds pytest arguments, e.g. PYTEST_ARGS="-m 'not docker'".
+## Type-checked first (see typecheck).
 test: $(STAMP)
+	$(VENV)/bin/mypy pgstatus
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -p no:randomly $(PYTEST_ARGS)
 
 ## Only the tests that need no PostgreSQL server.
@@ -46,6 +48,10 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pgstatus twisted tests
+
+## mypy on the package (settings in pyproject.toml, [tool.mypy]).
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy pgstatus
 
 ## Load benchmark (not part of `make test`); needs wrk and taskset.
 bench: $(STAMP) $(DAEMON_STAMP)

@@ -50,6 +50,11 @@ setup(
             "jsonschema>=4.18,<5",
             "prometheus-client>=0.17,<1",
             "ruff>=0.5",
+            # `make typecheck`, the first step of `make test`; mypy-zope
+            # supports a narrow range of mypy versions
+            "mypy>=2.4,<2.5",
+            "mypy-zope>=1.0.17,<2",
+            "types-psycopg2>=2.9,<3",
         ],
     },
     entry_points={

@@ -226,8 +226,9 @@ class PgStatusClient:
                 timer.cancel()
 
     async def _exchange(self, url: str) -> tuple[int, str, bytes]:
+        headers: dict[bytes | str, bytes | str] = {"Accept": "application/json"}
         response = await self._http.request(
-            "GET", url, headers={"Accept": "application/json"}, allow_redirects=False)
+            "GET", url, headers=headers, allow_redirects=False)
         body = await response.content()
         ctype = (response.headers.getRawHeaders("content-type") or [""])[0]
         return response.code, ctype, body

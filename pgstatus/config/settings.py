@@ -8,7 +8,7 @@ the rules of the environment).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from pgstatus.record import record
 
@@ -202,7 +202,7 @@ def _opt(value: int | None) -> str:
     return "" if value is None else str(value)
 
 
-def _join_optional(values) -> str:
+def _join_optional(values: Iterable[str | None]) -> str:
     values = list(values)
     if all(v is None for v in values):
         return ""

@@ -8,14 +8,16 @@ answer (see :mod:`pgstatus.http.fastpath`).
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.main import CONNECTION_DONE
 from twisted.internet.protocol import Protocol
 from twisted.internet.tcp import Server as _TCPServer
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from pgstatus.http.params import wants_json
 from pgstatus.http.responses import EMPTY_404, Renderer, Response
@@ -35,6 +37,9 @@ from pgstatus.http.wire import (
     Wire,
     _args,
 )
+
+if TYPE_CHECKING:
+    from pgstatus.http.fastpath import FastSite
 
 #: longest request head the fast path looks at; longer ones go to Klein
 MAX_HEAD = 8192
@@ -58,6 +63,9 @@ log = Logger(namespace="pgstatus.http")
 
 #: the reason an answer's connection is closed (one Failure for all)
 _DONE = Failure(CONNECTION_DONE)
+
+
+@implementer(IPushProducer)
 class FastChannel(Protocol):
     """
     The protocol described in the module docstring.
@@ -67,7 +75,11 @@ class FastChannel(Protocol):
     buffer fills, reading stops until it drains.
     """
 
-    site: Any  # the FastSite (pgstatus.http.fastpath) that made this channel
+    #: the site that made this channel
+    site: FastSite
+    #: ``tcp.Server`` or its subclass :class:`~pgstatus.http.transport.Connection`
+    #: (the listener's), whose attributes the fast path reads
+    transport: _TCPServer
     #: read by connectionMade (see pgstatus.http.transport.Connection.read_first)
     reads_first = True
     #: the twisted.web channel everything goes to after the hand-off
@@ -209,7 +221,7 @@ class FastChannel(Protocol):
                     self._flush(out)
                     self._buf = buf
                     self._blocked = True
-                    answer.addCallback(lambda _, got=got: self._settled(got[0]))
+                    answer.addCallback(lambda _, got: self._settled(got[0]), got)
                     return
                 if isinstance(got[0], Failure):
                     self._flush(out)
@@ -325,7 +337,7 @@ class FastChannel(Protocol):
         log.failure("fast path answer failed", f, level=LogLevel.error)
         self.transport.abortConnection()
 
-    def _answer(self, request: bytes, site: Any, now: float) -> Any:
+    def _answer(self, request: bytes, site: FastSite, now: float) -> Any:
         """
         The answer to one complete request (head and blank line), as
         ``(bytes, close)`` or a Deferred of it, or ``None`` for Klein.
@@ -363,7 +375,9 @@ class FastChannel(Protocol):
             counts[key] = counts.get(key, 0) + 1
             return status + site.date.line(now) + tail, close
         _, label, route, query, as_json, is_head, close = plan
-        r = renderer.replica_query(route, query, as_json, _args)
+        # a Response or a Deferred of one, told apart by class (isinstance
+        # with Deferred costs ten times as much), which mypy cannot narrow
+        r: Any = renderer.replica_query(route, query, as_json, _args)
         if r.__class__ is Deferred:
             return r.addCallback(self._counted, label, is_head, close)
         counts = renderer.requests
@@ -393,7 +407,7 @@ class FastChannel(Protocol):
             return None
         path, _, query = target.partition(b"?")
         accept = None
-        close = None
+        close: bool | bytes | None = None
         if line_end >= 0:
             lines = head[line_end + 2:].split(b"\r\n")
             if len(lines) > MAX_HEADERS:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from twisted.internet.interfaces import ITransport
 from twisted.internet.protocol import Factory, Protocol
 
 from pgstatus.http.channel import FastChannel
@@ -128,6 +129,8 @@ class _Busy(Protocol):
     """
     Refuses a connection over the limit politely.
     """
+
+    transport: ITransport  # set (never None) before connectionMade
 
     def connectionMade(self) -> None:
         self.transport.write(

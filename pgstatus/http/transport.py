@@ -42,7 +42,7 @@ from __future__ import annotations
 import _socket
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from twisted.internet import tcp
 from twisted.internet.abstract import FileDescriptor
@@ -50,6 +50,9 @@ from twisted.internet.address import IPv6Address
 from twisted.internet.error import ConnectionAborted
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+
+if TYPE_CHECKING:
+    from twisted.internet.posixbase import _DisconnectSelectableMixin
 
 #: the family and type as the C socket object has them: ints, no enum
 _native_family = _socket.socket.family
@@ -128,8 +131,10 @@ class Connection(tcp.Server):
         if why is not None:
             # end of file or an error at once (a probe that connects and
             # closes): as the reactor handles one from its own read, a
-            # half-close included
-            self.reactor._disconnectSelectable(self, why, True)
+            # half-close included (the reactors that run selectables have
+            # _disconnectSelectable, which IReactorFDSet does not declare)
+            reactor = cast("_DisconnectSelectableMixin", self.reactor)
+            reactor._disconnectSelectable(self, why, True)
         elif (self.connected and not self.disconnecting and not self._aborting
               and not self._paused):
             self.startReading()

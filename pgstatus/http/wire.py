@@ -53,7 +53,7 @@ class Wire:
     """
 
     def __init__(self, max_bytes: int = MAX_WIRE_BYTES) -> None:
-        self._memo: dict[tuple[Response, bool, bool], tuple[bytes, bytes]] = {}
+        self._memo: dict[tuple[Response, bool, bool | bytes], tuple[bytes, bytes]] = {}
         self._plain: dict[Response, tuple[bytes, bytes]] = {}
         #: complete request (head and the blank line) -> what to answer
         self.heads: dict[bytes, tuple[Any, ...]] = {}

@@ -11,10 +11,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import TextIO, cast
 
 from twisted.logger import (
     FilteringLogObserver,
+    ILogFilterPredicate,
     ILogObserver,
     LogEvent,
     LoggingFile,
@@ -158,7 +159,9 @@ class LevelFilter(FilteringLogObserver):
         :raise ValueError: For an unknown level.
         """
         self._minimum = _parse_level(level)
-        super().__init__(observer, [self._predicate])
+        # a plain callable is what FilteringLogObserver calls; zope cannot
+        # declare that a bound method provides ILogFilterPredicate
+        super().__init__(observer, [cast(ILogFilterPredicate, self._predicate)])
         self.observer = observer
         self.level = level
 

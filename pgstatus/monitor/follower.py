@@ -25,11 +25,12 @@ stays local.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
-from twisted.internet.protocol import Protocol
+from twisted.internet.interfaces import IPushProducer
+from twisted.internet.protocol import Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.client import Agent, HTTPConnectionPool
@@ -82,9 +83,9 @@ class _EventStream(Protocol):
 
     def stop(self) -> None:
         if self.transport is not None:
-            self.transport.stopProducing()
+            _body_producer(self).stopProducing()
 
-    def connectionLost(self, reason: Failure) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.closed.callback(None)
         self.follower._stream_ended(self)
 
@@ -102,7 +103,7 @@ class _Body(Protocol):
         if len(self.data) < 4096:
             self.data += data[:4096 - len(self.data)]
 
-    def connectionLost(self, reason: Failure) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.done.callback(self.data)
 
 
@@ -112,7 +113,16 @@ class _Discard(Protocol):
     """
 
     def connectionMade(self) -> None:
-        self.transport.stopProducing()
+        _body_producer(self).stopProducing()
+
+
+def _body_producer(body: Protocol) -> IPushProducer:
+    """
+    The transport of a response's body protocol: the response's producer
+    (twisted.web's ``TransportProxyProducer``), which the ``transport``
+    attribute, typed for connections, does not declare.
+    """
+    return cast(IPushProducer, body.transport)
 
 
 def read_body(response: Any) -> Deferred[bytes]:

@@ -5,22 +5,31 @@ only once TCP reaches the host (see :mod:`pgstatus.monitor.turns`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IConnector
+from twisted.internet.interfaces import IConnector, ITCPTransport
 from twisted.internet.protocol import ClientFactory, Protocol
 from twisted.python.failure import Failure
 
 
 class _Reached(Protocol):
     factory: TCPReach
+    transport: ITCPTransport  # set (a tcp.Client) before connectionMade
 
     def connectionMade(self) -> None:
         self.factory.made(self)
 
 
-class TCPReach(ClientFactory):
+if TYPE_CHECKING:
+    # subscripted for mypy only: ClientFactory is not generic in every
+    # Twisted setup.py allows (24.3's is not)
+    _ReachFactory = ClientFactory[_Reached]
+else:
+    _ReachFactory = ClientFactory
+
+
+class TCPReach(_ReachFactory):
     """
     One TCP connection attempt: :attr:`reached` fires with the protocol once
     TCP connects, or fails with the reason.  Cancelling it stops connecting.
@@ -32,10 +41,10 @@ class TCPReach(ClientFactory):
     protocol = _Reached
 
     def __init__(self) -> None:
-        self.reached: Deferred[Protocol] = Deferred(self._cancel)
+        self.reached: Deferred[_Reached] = Deferred(self._cancel)
         self.connector: IConnector | None = None
 
-    def made(self, proto: Protocol) -> None:
+    def made(self, proto: _Reached) -> None:
         if not self.reached.called:
             self.reached.callback(proto)
         else:  # cancelled just as it connected
@@ -45,12 +54,12 @@ class TCPReach(ClientFactory):
         if not self.reached.called:
             self.reached.errback(reason)
 
-    def _cancel(self, d: Deferred[Protocol]) -> None:
+    def _cancel(self, d: Deferred[_Reached]) -> None:
         if self.connector is not None:
             self.connector.stopConnecting()
 
 
-def reach_tcp(reactor: Any, address: str, port: int) -> Deferred[Protocol]:
+def reach_tcp(reactor: Any, address: str, port: int) -> Deferred[_Reached]:
     """
     Connect TCP to ``address`` (an IPv4 or IPv6 literal) and ``port``.
     """
