@@ -54,10 +54,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IHalfCloseableProtocol
+from twisted.internet.interfaces import IHalfCloseableProtocol, ITCPTransport
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -272,6 +272,7 @@ class AgentProtocol(Protocol):
     """
 
     factory: AgentFactory
+    transport: ITCPTransport  # set (a tcp.Server) before connectionMade
     _buf = b""
     _answered = False
     _timer: Any = None
@@ -337,7 +338,15 @@ class AgentProtocol(Protocol):
         self._timer = None
 
 
-class AgentFactory(Factory):
+if TYPE_CHECKING:
+    # subscripted for mypy only: Factory is not generic in every Twisted
+    # setup.py allows
+    _AgentFactoryBase = Factory[AgentProtocol]
+else:
+    _AgentFactoryBase = Factory
+
+
+class AgentFactory(_AgentFactoryBase):
     """
     Builds :class:`AgentProtocol`; closes connections beyond
     :data:`MAX_CONNECTIONS` at once.
@@ -359,7 +368,7 @@ class AgentFactory(Factory):
         #: the open connections, cut when the service stops
         self.open: set[AgentProtocol] = set()
 
-    def buildProtocol(self, addr: Any) -> Protocol | None:
+    def buildProtocol(self, addr: Any) -> AgentProtocol | None:
         if self.connections >= self.max_connections:
             self.refused += 1
             return None

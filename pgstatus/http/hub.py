@@ -29,7 +29,9 @@ from pgstatus.model.snapshot import encode
 from pgstatus.model.status import View
 
 if TYPE_CHECKING:
-    from twisted.web.iweb import IRequest
+    # the requests Klein hands over are twisted.web's (IRequest does not
+    # declare the producer and finish methods a stream needs)
+    from twisted.web.server import Request as IRequest
 
 log = Logger(namespace="pgstatus.follow")
 

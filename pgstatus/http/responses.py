@@ -356,9 +356,12 @@ class Renderer:
             return plan
         f = parse_filters(route, args, self._config)
         wait = self._wait_ms(route, args, f)
+        # a plan waits only with a min_lsn and a fresh-read coordinator
+        min_lsn, fresh = f.min_lsn, self._fresh
+        assert min_lsn is not None and fresh is not None
         behind = [h.index for h in view.hosts
-                  if h.alive and not h.master and not replayed(h, f.min_lsn)]
-        d = self._fresh.wait(lambda v: bool(self._group(v, route, f)), wait / 1000, behind)
+                  if h.alive and not h.master and not replayed(h, min_lsn)]
+        d = fresh.wait(lambda v: bool(self._group(v, route, f)), wait / 1000, behind)
         key = parse_key(route, args)
         return d.addCallback(lambda _: self._answer_now(route, f, as_json, key))
 
@@ -381,8 +384,9 @@ class Renderer:
         if group:
             answers = tuple(self._host_answer(view, h, as_json) for h in group)
             return answers, tuple(h.index for h in group)
-        if wait and self._fresh is not None and any(
-                h.alive and not h.master and not replayed(h, f.min_lsn)
+        min_lsn = f.min_lsn
+        if wait and min_lsn is not None and self._fresh is not None and any(
+                h.alive and not h.master and not replayed(h, min_lsn)
                 for h in view.hosts):
             return _WAIT
         reason = fallback_reason(view, f)

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from klein import Klein
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger, LogLevel
+from twisted.python.failure import Failure
 from twisted.web.iweb import IRequest
+from twisted.web.server import Request
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 
 from pgstatus.http.openapi import RESPONSE as OPENAPI
@@ -64,7 +66,8 @@ def send(request: IRequest, r: Response, count: Callable[[int], None] | None = N
     if count is not None:
         count(r.status)
     request.setResponseCode(r.status)
-    request.defaultContentType = None
+    # Klein hands twisted.web requests; IRequest does not declare this
+    cast(Request, request).defaultContentType = None
     if r.content_type is not None:
         request.setHeader(b"content-type", r.content_type)
     else:
@@ -170,17 +173,17 @@ def follow_check(api: StatusAPI, request: IRequest) -> bytes:
 
 
 @app.handle_errors(NotFound)
-def not_found(api: StatusAPI, request: IRequest, failure: Any) -> bytes:
-    return send(request, EMPTY_404, api.counter("other"))
+def not_found(self: StatusAPI, request: IRequest, failure: Failure) -> bytes:
+    return send(request, EMPTY_404, self.counter("other"))
 
 
 @app.handle_errors(MethodNotAllowed)
-def not_allowed(api: StatusAPI, request: IRequest, failure: Any) -> bytes:
-    return send(request, EMPTY_405, api.counter("other"))
+def not_allowed(self: StatusAPI, request: IRequest, failure: Failure) -> bytes:
+    return send(request, EMPTY_405, self.counter("other"))
 
 
 @app.handle_errors(Exception)
-def internal_error(api: StatusAPI, request: IRequest, failure: Any) -> bytes:
+def internal_error(self: StatusAPI, request: IRequest, failure: Failure) -> bytes:
     log.failure("request failed path={path}", failure, level=LogLevel.error,
                 path=request.path.decode("latin-1", "replace"))
-    return send(request, error(500, "internal error"), api.counter("other"))
+    return send(request, error(500, "internal error"), self.counter("other"))

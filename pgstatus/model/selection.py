@@ -180,10 +180,10 @@ def most_sync(replicas: Sequence[HostStatus]) -> HostStatus | None:
     The replica with the smallest ``lag_bytes``; ties go to host order.
     Replicas of unknown byte lag are never chosen.
     """
-    best = None
+    best, best_lag = None, 0
     for h in replicas:
-        if h.lag_bytes is not None and (best is None or h.lag_bytes < best.lag_bytes):
-            best = h
+        if h.lag_bytes is not None and (best is None or h.lag_bytes < best_lag):
+            best, best_lag = h, h.lag_bytes
     return best
 
 

@@ -391,17 +391,20 @@ class MonitorService(Service):
         # The registry first (the default probe factory looks the state up
         # there), then the monitors, before anything else runs.
         self.registry.reconfigure(states, mirrored)
-        for m in chosen:
-            if m is not None:
-                m.settings_changed(old)
-        added = []
-        for i, m in enumerate(chosen):
-            if m is None:
-                m = HostMonitor(states[i], self.registry, self._probe_factory(i), self._reactor,
-                                self._settings, self._master_monitor)
-                chosen[i] = m
-                added.append(m)
-        self.monitors = [m for m in chosen if m is not None]
+        for staying in chosen:
+            if staying is not None:
+                staying.settings_changed(old)
+        added: list[HostMonitor] = []
+        monitors: list[HostMonitor] = []
+        for i, kept_monitor in enumerate(chosen):
+            if kept_monitor is None:
+                new = HostMonitor(states[i], self.registry, self._probe_factory(i),
+                                  self._reactor, self._settings, self._master_monitor)
+                added.append(new)
+                monitors.append(new)
+            else:
+                monitors.append(kept_monitor)
+        self.monitors = monitors
         if self.running and self.polling:
             for m in added:
                 m.start()
