@@ -23,19 +23,19 @@ from pgstatus.http.params import wants_json
 from pgstatus.http.responses import EMPTY_404, Renderer, Response
 from pgstatus.http.transport import DIRECT, NODELAY_INHERITED, Connection
 from pgstatus.http.wire import (
-    _FALLBACK,
-    _FIXED,
-    _HEADER_LENGTHS,
-    _LABELS,
-    _NOT_FAST,
-    _PLAIN_PATH,
-    _REPLICA,
-    _REPLICA_PATHS,
-    _ROTATE,
+    FALLBACK,
+    FIXED,
+    HEADER_LENGTHS,
     HTTP_1_0,
     KLEIN_PATHS,
+    LABELS,
+    NOT_FAST,
+    PLAIN_PATH,
+    REPLICA,
+    REPLICA_PATHS,
+    ROTATE,
     Wire,
-    _args,
+    query_args,
 )
 
 if TYPE_CHECKING:
@@ -156,12 +156,12 @@ class FastChannel(Protocol):
             if hit is not None and wire.view is site.renderer.current():
                 # a request seen before, alone in this read: the common case
                 kind = hit[0]
-                if kind is _FIXED:
+                if kind is FIXED:
                     _, key, status, tail, close = hit
-                elif kind is _ROTATE:
+                elif kind is ROTATE:
                     _, rr_key, answers, close = hit
                     status, tail, key = answers[site.renderer.rr.next(rr_key, len(answers))]
-                elif kind is _FALLBACK:
+                elif kind is FALLBACK:
                     _, key, status, tail, close, why = hit
                     fallbacks = site.renderer.fallbacks
                     fallbacks[why] = fallbacks.get(why, 0) + 1
@@ -359,12 +359,12 @@ class FastChannel(Protocol):
                     heads.clear()
                 heads[request] = plan
         kind = plan[0]
-        if kind is _FIXED:
+        if kind is FIXED:
             _, key, status, tail, close = plan
-        elif kind is _ROTATE:
+        elif kind is ROTATE:
             _, rr_key, answers, close = plan
             status, tail, key = answers[renderer.rr.next(rr_key, len(answers))]
-        elif kind is _FALLBACK:
+        elif kind is FALLBACK:
             _, key, status, tail, close, why = plan
             fallbacks = renderer.fallbacks
             fallbacks[why] = fallbacks.get(why, 0) + 1
@@ -377,7 +377,7 @@ class FastChannel(Protocol):
         _, label, route, query, as_json, is_head, close = plan
         # a Response or a Deferred of one, told apart by class (isinstance
         # with Deferred costs ten times as much), which mypy cannot narrow
-        r: Any = renderer.replica_query(route, query, as_json, _args)
+        r: Any = renderer.replica_query(route, query, as_json, query_args)
         if r.__class__ is Deferred:
             return r.addCallback(self._counted, label, is_head, close)
         counts = renderer.requests
@@ -417,7 +417,7 @@ class FastChannel(Protocol):
                 if not sep or not name or name != name.strip() or b" " in name:
                     return None
                 n = len(name)
-                if n not in _HEADER_LENGTHS:
+                if n not in HEADER_LENGTHS:
                     continue  # not a header the fast path must look at
                 lname = name.lower()
                 if lname == b"accept":
@@ -426,42 +426,42 @@ class FastChannel(Protocol):
                     # the first Connection header counts, as in twisted.web
                     tokens = value.strip().lower().split(b" ")
                     close = b"close" in tokens
-                elif lname in _NOT_FAST:
+                elif lname in NOT_FAST:
                     return None
         # HTTP/1.0 (HAProxy's default check): answered as such, then closed
         close = HTTP_1_0 if version == HTTP_1_0 else bool(close)
-        label = _LABELS.get(path)
+        label = LABELS.get(path)
         if label is None:
-            if path in KLEIN_PATHS or not _PLAIN_PATH.fullmatch(path):
+            if path in KLEIN_PATHS or not PLAIN_PATH.fullmatch(path):
                 return None
             # no such route: Klein's 404 without loading Klein (a browser's
             # /favicon.ico, a mistyped path, a scanner)
             status, tail = wire.parts(EMPTY_404, is_head, close)
-            return (_FIXED, ("other", 404), status, tail, close)
-        route = _REPLICA_PATHS.get(path)
+            return (FIXED, ("other", 404), status, tail, close)
+        route = REPLICA_PATHS.get(path)
         if route is not None:
             as_json = wants_json(accept)
-            how = renderer.replica_plan(route, query, as_json, _args)
+            how = renderer.replica_plan(route, query, as_json, query_args)
             if how is None:
-                return (_REPLICA, label, route, query, as_json, is_head, close)
+                return (REPLICA, label, route, query, as_json, is_head, close)
             if how[0] == "rotate":
                 _, responses, rr_key = how
                 answers = []
                 for r in responses:
                     status, tail = wire.parts(r, is_head, close)
                     answers.append((status, tail, (label, r.status)))
-                return (_ROTATE, rr_key, tuple(answers), close)
+                return (ROTATE, rr_key, tuple(answers), close)
             r = how[1]
             status, tail = wire.parts(r, is_head, close)
             if how[0] == "fallback":
-                return (_FALLBACK, (label, r.status), status, tail, close, how[2])
-            return (_FIXED, (label, r.status), status, tail, close)
+                return (FALLBACK, (label, r.status), status, tail, close, how[2])
+            return (FIXED, (label, r.status), status, tail, close)
         if path == b"/master":
             r = renderer.master(wants_json(accept))
         elif path == b"/hosts":
             r = renderer.hosts()
         elif path == b"/status":
-            r = renderer.status((_args(query) if query else {}).get("host"))
+            r = renderer.status((query_args(query) if query else {}).get("host"))
         elif path == b"/live":
             r = renderer.live()
         elif path == b"/ready":
@@ -469,7 +469,7 @@ class FastChannel(Protocol):
         else:
             r = renderer.version
         status, tail = wire.parts(r, is_head, close)
-        return (_FIXED, (label, r.status), status, tail, close)
+        return (FIXED, (label, r.status), status, tail, close)
 
     def _counted(self, r: Response, label: str, is_head: bool, close: bool | bytes
                  ) -> tuple[bytes, bool | bytes]:

@@ -158,7 +158,7 @@ def http_date(second: int) -> bytes:
         t.tm_hour, t.tm_min, t.tm_sec)
 
 
-def _args(query: bytes) -> dict[str, str]:
+def query_args(query: bytes) -> dict[str, str]:
     if b"%" not in query and b"+" not in query:
         out: dict[str, str] = {}
         for part in query.split(b"&"):
@@ -179,32 +179,32 @@ def _args(query: bytes) -> dict[str, str]:
     }
 
 
-_REPLICA_PATHS = {b"/" + r.encode(): r for r in REPLICA_ROUTES}
+REPLICA_PATHS = {b"/" + r.encode(): r for r in REPLICA_ROUTES}
 #: headers that send a request to twisted.web (a body, or a protocol change)
-_NOT_FAST = (b"content-length", b"transfer-encoding", b"expect", b"upgrade")
+NOT_FAST = (b"content-length", b"transfer-encoding", b"expect", b"upgrade")
 #: lengths of the header names the fast path reads or refuses
-_HEADER_LENGTHS = frozenset(len(n) for n in (b"accept", b"connection", *_NOT_FAST))
+HEADER_LENGTHS = frozenset(len(n) for n in (b"accept", b"connection", *NOT_FAST))
 #: the metrics label of every path the fast path answers
-_LABELS = {p: p[1:].decode() for p in (
-    b"/master", b"/hosts", b"/status", b"/live", b"/ready", b"/version", *_REPLICA_PATHS)}
+LABELS = {p: p[1:].decode() for p in (
+    b"/master", b"/hosts", b"/status", b"/live", b"/ready", b"/version", *REPLICA_PATHS)}
 #: the paths only Klein serves (a test checks these and the above are all
 #: of its routes): any other plain path is answered 404 by the fast path
 KLEIN_PATHS = frozenset((b"/openapi.json", b"/metrics", b"/follow", b"/follow/check"))
 #: a path the router cannot read otherwise than as it is: segments of
 #: unreserved characters, none empty or starting with a dot (no percent
 #: escapes, no ``//``, ``.`` or ``..``, no trailing slash but the root's)
-_PLAIN_PATH = re.compile(rb"/|(?:/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+")
+PLAIN_PATH = re.compile(rb"/|(?:/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)+")
 
 # What a request head asks for (memoised in Wire.heads):
-#: (_FIXED, counter key, status line, rest after Date, close): the same
+#: (FIXED, counter key, status line, rest after Date, close): the same
 #: answer for every request while the view lasts
-_FIXED = "fixed"
-#: (_ROTATE, round-robin key, ((status line, rest, counter key), ...), close):
+FIXED = "fixed"
+#: (ROTATE, round-robin key, ((status line, rest, counter key), ...), close):
 #: replicas in turn
-_ROTATE = "rotate"
-#: (_FALLBACK, counter key, status line, rest, close, reason): the master,
+ROTATE = "rotate"
+#: (FALLBACK, counter key, status line, rest, close, reason): the master,
 #: because no replica qualifies (the reason is counted for /metrics)
-_FALLBACK = "fallback"
-#: (_REPLICA, label, route, query, as JSON, HEAD, close): a selection route
+FALLBACK = "fallback"
+#: (REPLICA, label, route, query, as JSON, HEAD, close): a selection route
 #: rendered for every request (it may wait for a replica)
-_REPLICA = "replica"
+REPLICA = "replica"

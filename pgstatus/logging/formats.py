@@ -88,19 +88,19 @@ _ESCAPES.update(
 )
 
 
-def _level_of(event: LogEvent) -> LogLevel:
+def level_of(event: LogEvent) -> LogLevel:
     level = event.get("log_level")
     return level if level in _SEVERITY else LogLevel.info
 
 
-def _parse_level(level: str) -> LogLevel:
+def parse_level(level: str) -> LogLevel:
     try:
         return LEVELS["warning" if level == "warn" else level]
     except KeyError:
         raise ValueError(f"unknown log level {level!r}; expected one of {sorted(LEVELS)}") from None
 
 
-def _parse_format(fmt: str) -> str:
+def parse_format(fmt: str) -> str:
     if fmt not in ("text", "json"):
         raise ValueError(f"unknown log format {fmt!r}; expected 'text' or 'json'")
     return fmt
@@ -213,7 +213,7 @@ def _fields(event: LogEvent, include_traceback: bool, now: Callable[[], float]) 
         when = now()
     return {
         "timestamp": format_timestamp(when),
-        "level": _level_of(event),
+        "level": level_of(event),
         "component": truncate(component_of(event.get("log_namespace")), 64),
         "message": event_message(event, include_traceback),
         "errno": event_errno(event),

@@ -24,12 +24,12 @@ from twisted.logger import (
 from zope.interface import implementer
 
 from pgstatus.logging.formats import (
-    _level_of,
-    _parse_format,
-    _parse_level,
     format_json,
     format_text,
     format_timestamp,
+    level_of,
+    parse_format,
+    parse_level,
 )
 
 
@@ -67,7 +67,7 @@ class SpecFormatObserver:
         :param now: Clock for events without ``log_time``.
         """
         self._stream = stream if stream is not None else _real_stderr()
-        self._format = format_json if _parse_format(fmt) == "json" else format_text
+        self._format = format_json if parse_format(fmt) == "json" else format_text
         self._include_traceback = include_traceback
         self._now = now
         self._lock = threading.Lock()
@@ -158,7 +158,7 @@ class LevelFilter(FilteringLogObserver):
         :param level: ``debug``, ``info``, ``warning``, ``error`` or ``fatal``.
         :raise ValueError: For an unknown level.
         """
-        self._minimum = _parse_level(level)
+        self._minimum = parse_level(level)
         # a plain callable is what FilteringLogObserver calls; zope cannot
         # declare that a bound method provides ILogFilterPredicate
         super().__init__(observer, [cast(ILogFilterPredicate, self._predicate)])
@@ -166,7 +166,7 @@ class LevelFilter(FilteringLogObserver):
         self.level = level
 
     def _predicate(self, event: LogEvent) -> PredicateResult:
-        if _level_of(event) < self._minimum:
+        if level_of(event) < self._minimum:
             return PredicateResult.no
         return PredicateResult.maybe
 
@@ -180,10 +180,10 @@ class LevelFilter(FilteringLogObserver):
         :param fmt: ``text`` or ``json``; ignored by a syslog observer.
         :raise ValueError: For an unknown level or format.
         """
-        minimum = _parse_level(level)
+        minimum = parse_level(level)
         formatter = None
         if fmt is not None:
-            formatter = format_json if _parse_format(fmt) == "json" else format_text
+            formatter = format_json if parse_format(fmt) == "json" else format_text
         self._minimum = minimum
         self.level = level
         inner = self.observer
@@ -206,7 +206,7 @@ def make_observer(
     :param stream: Text stream; the real stderr by default.
     :raise ValueError: For an unknown level or format.
     """
-    _parse_level(level)
+    parse_level(level)
     inner = SpecFormatObserver(stream, fmt, include_traceback=(level == "debug"))
     return LevelFilter(inner, level)
 

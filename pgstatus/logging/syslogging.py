@@ -21,9 +21,9 @@ from twisted.logger import (
 from zope.interface import implementer
 
 from pgstatus.logging.formats import (
-    _level_of,
-    _parse_level,
     format_syslog_body,
+    level_of,
+    parse_level,
 )
 from pgstatus.logging.observers import LevelFilter
 
@@ -103,7 +103,7 @@ class SyslogObserver:
         """
         Build the datagram for one event.
         """
-        level = _level_of(event)
+        level = level_of(event)
         pri = self._facility | _SYSLOG_SEVERITY[level]
         when = event.get("log_time")
         if not isinstance(when, (int, float)):
@@ -172,6 +172,6 @@ def make_syslog_observer(
     :param address: Unix datagram socket path, or ``(host, port)`` for UDP.
     :param level: ``debug``, ``info``, ``warning``, ``error`` or ``fatal``.
     """
-    _parse_level(level)
+    parse_level(level)
     inner = SyslogObserver(prefix, facility, address, include_traceback=(level == "debug"))
     return LevelFilter(inner, level)

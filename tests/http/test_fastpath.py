@@ -177,7 +177,7 @@ def test_klein_routes_are_the_fast_paths_and_klein_paths():
     """
     from pgstatus.http.params import REPLICA_ROUTES
     from pgstatus.http.webapp import app
-    from pgstatus.http.wire import _LABELS, KLEIN_PATHS
+    from pgstatus.http.wire import KLEIN_PATHS, LABELS
 
     paths = set()
     for rule in app.url_map.iter_rules():
@@ -186,8 +186,8 @@ def test_klein_routes_are_the_fast_paths_and_klein_paths():
             paths |= {f"/{r}" for r in REPLICA_ROUTES}
         else:
             paths.add(rule.rule)
-    assert paths == {p.decode() for p in (*_LABELS, *KLEIN_PATHS)}
-    assert not set(_LABELS) & KLEIN_PATHS
+    assert paths == {p.decode() for p in (*LABELS, *KLEIN_PATHS)}
+    assert not set(LABELS) & KLEIN_PATHS
 
 
 @pytest_twisted.inlineCallbacks

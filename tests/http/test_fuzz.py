@@ -13,7 +13,7 @@ from pgstatus.config.environ import load_config
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.http.params import REPLICA_ROUTES, parse_filters, wants_json
 from pgstatus.http.responses import Renderer
-from pgstatus.http.wire import _args
+from pgstatus.http.wire import query_args
 from pgstatus.model.selection import candidates, matches, select_master
 from pgstatus.model.status import HostStatus, View
 
@@ -71,7 +71,7 @@ def test_replica_routes_never_fail(view, route, args, as_json):
 @settings(max_examples=300)
 @given(st.binary(max_size=200))
 def test_raw_query_strings_parse(query):
-    args = _args(query)
+    args = query_args(query)
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in args.items())
 
 
