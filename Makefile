@@ -47,7 +47,7 @@ test-fast: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -m 'not pg'
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check pgstatus twisted tests
+	$(VENV)/bin/ruff check pgstatus twisted tests bench
 
 ## mypy on the package (settings in pyproject.toml, [tool.mypy]).
 typecheck: $(STAMP)
@@ -55,42 +55,42 @@ typecheck: $(STAMP)
 
 ## Load benchmark (not part of `make test`); needs wrk and taskset.
 bench: $(STAMP) $(DAEMON_STAMP)
-	PYTHONPATH=$(CURDIR) $(PY) tests/bench/run_bench.py --twistd $(DAEMON_VENV)/bin/twistd
+	PYTHONPATH=$(CURDIR) $(PY) bench/run_bench.py --twistd $(DAEMON_VENV)/bin/twistd
 
 ## Soak (not part of `make test`): 10 minutes of checked mixed HTTP load while a
 ## replica flaps and the master fails over; RSS, fds and PostgreSQL sessions.
 ## SOAK_ARGS adds arguments, e.g. SOAK_ARGS=--launcher (the pg-status command).
 soak: $(STAMP) $(DAEMON_STAMP)
-	PYTHONPATH=$(CURDIR) $(PY) tests/bench/soak.py --twistd $(DAEMON_VENV)/bin/twistd $(SOAK_ARGS)
+	PYTHONPATH=$(CURDIR) $(PY) bench/soak.py --twistd $(DAEMON_VENV)/bin/twistd $(SOAK_ARGS)
 
 ## RSS with 1, 10 and 100 configured hosts, and the slope per host.
 bench-hosts: $(STAMP) $(DAEMON_STAMP)
-	PYTHONPATH=$(CURDIR) $(PY) tests/bench/hosts_rss.py --twistd $(DAEMON_VENV)/bin/twistd --malloc
+	PYTHONPATH=$(CURDIR) $(PY) bench/hosts_rss.py --twistd $(DAEMON_VENV)/bin/twistd --malloc
 
 ## Fresh read-your-writes: replica share with and without wait_ms.
 bench-fresh: $(STAMP)
-	PYTHONPATH=$(CURDIR) $(PY) tests/bench/fresh_ryow.py
+	PYTHONPATH=$(CURDIR) $(PY) bench/fresh_ryow.py
 
 ## Latency at a fixed 10,000 requests/s.
 bench-rate: $(STAMP)
-	PYTHONPATH=$(CURDIR) $(PY) tests/bench/fixed_rate.py
+	PYTHONPATH=$(CURDIR) $(PY) bench/fixed_rate.py
 
 ## Follower mode: one hub, 200 followers (sessions, hub CPU, role-change delay,
 ## fast-path cost, fallback when the hub is killed).
 bench-follow: $(STAMP)
-	PYTHONPATH=$(CURDIR) $(PY) tests/bench/followers.py
+	PYTHONPATH=$(CURDIR) $(PY) bench/followers.py
 
 ## Under a CPU quota (cgroup v1, 0.1 and 0.25 vCPU): latency at fixed rates,
 ## throttled periods, CPU per request, time to /ready.  Needs root.  QUOTA_ARGS
 ## adds arguments, e.g. QUOTA_ARGS=--image (the Docker image too).
 bench-quota: $(STAMP) $(DAEMON_STAMP)
-	PYTHONPATH=$(CURDIR) $(PY) tests/bench/quota.py --twistd $(DAEMON_VENV)/bin/twistd $(QUOTA_ARGS)
+	PYTHONPATH=$(CURDIR) $(PY) bench/quota.py --twistd $(DAEMON_VENV)/bin/twistd $(QUOTA_ARGS)
 
 ## The longest stretch of CPU between two waits for I/O, without HTTP load
 ## (3 hosts, then 51).
 bench-iterations: $(STAMP) $(DAEMON_STAMP)
-	PYTHONPATH=$(CURDIR) $(DAEMON_VENV)/bin/python tests/bench/iterations.py
-	PYTHONPATH=$(CURDIR) $(DAEMON_VENV)/bin/python tests/bench/iterations.py --repeat 17
+	PYTHONPATH=$(CURDIR) $(DAEMON_VENV)/bin/python bench/iterations.py
+	PYTHONPATH=$(CURDIR) $(DAEMON_VENV)/bin/python bench/iterations.py --repeat 17
 
 clean:
 	rm -rf $(VENV) .venv-newest $(DAEMON_VENV) build *.egg-info bench-results .pytest_cache .hypothesis

@@ -372,11 +372,14 @@ class PgStatusClient:
 
 
 #: the specification's query: the insert position, and the timeline from the
-#: first 8 hex digits of its WAL file name
+#: first 8 hex digits of its WAL file name; every name is qualified with
+#: ``pg_catalog``, so that no schema earlier in the connection's
+#: ``search_path`` can answer in its place (CVE-2018-1058)
 WRITE_POSITION_SQL = (
-    "SELECT pg_current_wal_insert_lsn()::text,"
-    " ('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))"
-    "::bit(32)::bigint"
+    "SELECT pg_catalog.pg_current_wal_insert_lsn()::pg_catalog.text,"
+    " ('x' OPERATOR(pg_catalog.||) pg_catalog.substr("
+    "pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_insert_lsn()), 1, 8))"
+    "::pg_catalog.bit(32)::pg_catalog.int8"
 )
 
 _TRANSACTION_IDLE = 0  # psycopg2.extensions.TRANSACTION_STATUS_IDLE

@@ -13,38 +13,54 @@ from typing import Any
 from pgstatus.monitor.lag import Observation
 
 _RECEIVER = (
-    "(SELECT pg_wal_lsn_diff(latest_end_lsn, '0/0')::int8 FROM pg_stat_wal_receiver)",
-    "(SELECT received_tli::int8 FROM pg_stat_wal_receiver)",
+    "(SELECT pg_catalog.pg_wal_lsn_diff(latest_end_lsn, '0/0')::pg_catalog.int8"
+    " FROM pg_catalog.pg_stat_wal_receiver)",
+    "(SELECT received_tli::pg_catalog.int8 FROM pg_catalog.pg_stat_wal_receiver)",
 )
-_CONTROL = "CASE WHEN r.rec THEN (SELECT timeline_id::int8 FROM pg_control_checkpoint()) END"
+_CONTROL = ("CASE WHEN r.rec THEN (SELECT timeline_id::pg_catalog.int8"
+            " FROM pg_catalog.pg_control_checkpoint()) END")
+_NULL = "NULL::pg_catalog.int8"
 
 
 def status_query(level: int) -> str:
     """
     The status query.  ``level`` 0 is complete; 1 leaves out the WAL
     receiver statistics; 2 also leaves out the control-file functions.
+
+    Every function, relation, type and operator it names is qualified with
+    ``pg_catalog`` (as is :data:`GEOMETRY_QUERY`), so a monitoring role
+    whose ``search_path`` puts another schema first cannot have that
+    schema's objects answer in their place (CVE-2018-1058).  ``extract``,
+    ``CASE`` and ``bit(n)`` are keyword syntax, which the server resolves
+    in ``pg_catalog`` whatever the ``search_path``.
     """
-    latest_end, received_tli = _RECEIVER if level < 1 else ("NULL::int8", "NULL::int8")
-    control = _CONTROL if level < 2 else "NULL::int8"
+    latest_end, received_tli = _RECEIVER if level < 1 else (_NULL, _NULL)
+    control = _CONTROL if level < 2 else _NULL
     return f"""SELECT r.rec,
-  extract(epoch FROM clock_timestamp())::float8,
-  CASE WHEN r.rec THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::int8 END,
-  CASE WHEN r.rec THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::int8 END,
+  extract(epoch FROM pg_catalog.clock_timestamp())::pg_catalog.float8,
   CASE WHEN r.rec THEN NULL ELSE
-    ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int8 END,
-  pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '0/0')::int8,
-  pg_wal_lsn_diff(pg_last_wal_receive_lsn(), '0/0')::int8,
-  extract(epoch FROM pg_last_xact_replay_timestamp())::float8,
+    pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), '0/0')::pg_catalog.int8 END,
+  CASE WHEN r.rec THEN NULL ELSE
+    pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_insert_lsn(), '0/0')::pg_catalog.int8 END,
+  CASE WHEN r.rec THEN NULL ELSE
+    ('x' OPERATOR(pg_catalog.||)
+     pg_catalog.substr(pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()), 1, 8))
+    ::pg_catalog.bit(32)::pg_catalog.int8 END,
+  pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_last_wal_replay_lsn(), '0/0')::pg_catalog.int8,
+  pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_last_wal_receive_lsn(), '0/0')::pg_catalog.int8,
+  extract(epoch FROM pg_catalog.pg_last_xact_replay_timestamp())::pg_catalog.float8,
   {latest_end},
   {received_tli},
   {control}
-FROM (SELECT pg_is_in_recovery() AS rec) AS r"""
+FROM (SELECT pg_catalog.pg_is_in_recovery() AS rec) AS r"""
 
 
 #: the server's WAL geometry, asked once per connection (positions are
-#: compared with page headers discounted, see :func:`pgstatus.monitor.lag.past_header`)
-GEOMETRY_QUERY = """SELECT current_setting('wal_block_size')::int8,
-  (SELECT setting::int8 FROM pg_settings WHERE name = 'wal_segment_size')"""
+#: compared with page headers discounted, see :func:`pgstatus.monitor.lag.past_header`);
+#: qualified with ``pg_catalog`` throughout, as the status query is
+GEOMETRY_QUERY = """SELECT pg_catalog.current_setting('wal_block_size')::pg_catalog.int8,
+  (SELECT setting::pg_catalog.int8 FROM pg_catalog.pg_settings
+   WHERE name OPERATOR(pg_catalog.=) 'wal_segment_size')"""
 
 
 def geometry_from_rows(rows: Any) -> tuple[int, int] | None:

@@ -6,13 +6,15 @@ filter; the master is returned only when no replica does.
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pgstatus.config.environ import load_config
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.http.params import REPLICA_ROUTES, parse_filters, wants_json
-from pgstatus.http.responses import Renderer
+from pgstatus.http.responses import JSON, TEXT, Renderer
 from pgstatus.http.wire import query_args
 from pgstatus.model.selection import candidates, matches, select_master
 from pgstatus.model.status import HostStatus, View
@@ -62,10 +64,36 @@ params = st.dictionaries(
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(views(), st.sampled_from(sorted(REPLICA_ROUTES)), params, st.booleans())
 def test_replica_routes_never_fail(view, route, args, as_json):
+    """
+    Whatever the parameters and host states, a replica route gives one of
+    its documented answers: 200 with a configured host's name (text) or
+    its ``{"host", "dc", "geo"}`` object (JSON); 404 with an empty body (or
+    the object of nulls); 400 ``{"error_text": "Invalid <name>"}`` naming a
+    parameter of the request.
+    """
     r = Renderer(lambda: view, ConfigProvider(CONFIG), "1").replica(route, args, as_json)
-    assert r.status in (200, 400, 404)
+    names = {h.name: h for h in view.hosts}
     if r.status == 400:
-        assert r.body.startswith(b'{"error_text": "Invalid ')
+        assert r.content_type == JSON
+        error = json.loads(r.body)
+        assert list(error) == ["error_text"]
+        assert error["error_text"].removeprefix("Invalid ") in args, (error, args)
+        return
+    assert r.status in (200, 404), r
+    if as_json:
+        assert r.content_type == JSON
+        host = json.loads(r.body)
+        assert list(host) == ["host", "dc", "geo"]
+        if r.status == 404:
+            assert host == {"host": None, "dc": None, "geo": None}
+        else:
+            chosen = names[host["host"]]
+            assert (host["dc"], host["geo"]) == (chosen.dc, chosen.geo)
+    elif r.status == 404:
+        assert (r.content_type, r.body) == (None, b"")
+    else:
+        assert r.content_type == TEXT
+        assert r.body.decode() in names
 
 
 @settings(max_examples=300)
@@ -78,7 +106,41 @@ def test_raw_query_strings_parse(query):
 @settings(max_examples=300)
 @given(st.text(max_size=80))
 def test_accept_header_never_fails(accept):
-    assert wants_json(accept) in (True, False)
+    """
+    Any ``Accept`` text: JSON only if it names ``application/json``; one
+    more media type in the list changes nothing, and ``application/json``
+    added to it always means JSON.
+    """
+    as_json = wants_json(accept)
+    if as_json:
+        assert "application/json" in accept.lower()
+    assert wants_json(f"{accept},text/plain") is as_json
+    assert wants_json(f"{accept}, application/json") is True
+
+
+media_range = st.builds(
+    lambda media, params, before, after: f"{before}{media}{params}{after}",
+    st.one_of(
+        st.sampled_from(["text/plain", "text/html", "*/*", "application/*", "application/xml",
+                         "application/jsonx", "application/problem+json", "text/json",
+                         "json"]),
+        st.sampled_from(["application/json", "APPLICATION/JSON", "Application/Json"]),
+    ),
+    st.sampled_from(["", ";q=0.9", "; charset=utf-8", ";level=1;q=0.5"]),
+    st.sampled_from(["", " ", "  "]),
+    st.sampled_from(["", " "]),
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(media_range, min_size=1, max_size=5))
+def test_accept_header_lists_application_json(ranges):
+    """
+    An ``Accept`` list asks for JSON exactly when one of its media ranges,
+    parameters aside and in any case, is ``application/json``.
+    """
+    listed = any(r.split(";")[0].strip().lower() == "application/json" for r in ranges)
+    assert wants_json(",".join(ranges)) is listed
 
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])

@@ -66,7 +66,7 @@ Everything started is torn down on success, error, Ctrl-C or SIGTERM; the
 run ends by itself (a watchdog aborts it 5 minutes after its planned end),
 and it fails if a process it started is left.
 
-Usage: ``.venv/bin/python tests/bench/soak.py [--minutes 10] [--rate 3000]
+Usage: ``.venv/bin/python bench/soak.py [--minutes 10] [--rate 3000]
 [--connections 8] [--failover-every 90] [--margin 1.5]``
 """
 
@@ -95,7 +95,7 @@ from collections.abc import Callable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import pgtopology  # noqa: E402

@@ -22,8 +22,8 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.dirname(HERE))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
@@ -46,7 +46,7 @@ def main() -> int:
     from twisted.internet import reactor
 
     from pgstatus.config import load_config
-    from pgstatus.tap import PgStatusService
+    from pgstatus.tap import make_service
 
     topo = PgTopology.start(replicas=2)
     stop = threading.Event()
@@ -88,7 +88,7 @@ def main() -> int:
         hosts[key] = ",".join([hosts[key]] * args.repeat)
     environ = {**hosts, "pg_status__http_listen_address": "127.0.0.1",
                "pg_status__http_port": str(free_port())}
-    svc = PgStatusService(load_config(environ), reactor, environ=environ)
+    svc = make_service(load_config(environ), reactor, environ=environ)
 
     def start() -> None:
         svc.startService()

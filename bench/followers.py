@@ -33,8 +33,8 @@ import time
 from datetime import UTC, datetime
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.dirname(HERE))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, ROOT)
 
 TIMEOUT_MS = 3000
@@ -46,7 +46,7 @@ def worker(hub: str, count: int, env: dict[str, str]) -> None:
     from twisted.internet import reactor
 
     from pgstatus.config.environ import load_config
-    from pgstatus.tap import PgStatusService
+    from pgstatus.tap import make_service
 
     def say(**event: object) -> None:
         sys.stdout.write(json.dumps(event) + "\n")
@@ -58,7 +58,7 @@ def worker(hub: str, count: int, env: dict[str, str]) -> None:
                "pg_status__follow_timeout_ms": str(TIMEOUT_MS)}
     config = load_config(environ)
     for i in range(count):
-        svc = PgStatusService(config, reactor, environ=environ)
+        svc = make_service(config, reactor, environ=environ)
         state = {"master": None, "mode": None, "polling_at": None}
 
         def observe(old, new, i=i, svc=svc, state=state) -> None:

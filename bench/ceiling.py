@@ -15,7 +15,7 @@ through ``transport.write``), and a ``Connection: close`` answer sent
 whole closes at once: the ceiling of a Twisted protocol that skips the
 buffered write, which is what ``pgstatus/fastpath.py`` does.
 
-Usage: ``python tests/bench/ceiling.py [--direct] PORT [ADDRESS]``
+Usage: ``python bench/ceiling.py [--direct] PORT [ADDRESS]``
 """
 
 from __future__ import annotations

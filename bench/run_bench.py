@@ -10,17 +10,17 @@ What it does (unattended, a few minutes on a 2-core machine):
 2. Starts the service as ``taskset -c 0 twistd -n --pidfile= pgstatus``
    (PYTHONPATH = the repository, so the in-repo package and
    ``twisted/plugins`` are used) and waits for ``/ready``.
-3. Starts ``tests/bench/ceiling.py`` (a bare Twisted ``Protocol`` answering
+3. Starts ``bench/ceiling.py`` (a bare Twisted ``Protocol`` answering
    constant bytes) on the same core, twice: as usual (``transport.write``)
    and with ``--direct`` (``socket.send`` when nothing is queued, the
    direct-send ceiling).
 4. For every profile, drives the service and then each ceiling (never two
    at once) with ``taskset -c 1 wrk -t1 -c<N>`` over loopback keep-alive
-   (``tests/bench/profile.lua``): a warm-up run, then a measured run with
+   (``bench/profile.lua``): a warm-up run, then a measured run with
    the server's CPU time (utime+stime from ``/proc/<pid>/stat``) read
    before and after.  Reports requests/s, p50/p99, server CPU µs per
    request, RSS, and each as a ratio to the ceiling.
-5. Also: ``/master`` with the fast path off (``tests/bench/launch.py
+5. Also: ``/master`` with the fast path off (``bench/launch.py
    --no-fast-path``: Klein only), idle CPU with 3 hosts at 1 s polling,
    per-check CPU estimate, and the RSS of a process that only imports the
    same libraries (import floor).
@@ -31,7 +31,7 @@ Everything started is torn down on success, error, Ctrl-C or SIGTERM.
 This process, PostgreSQL and the writer are pinned to core 1 with wrk, so
 core 0 runs only the server under test.
 
-Usage: ``.venv/bin/python tests/bench/run_bench.py [--duration 6] [--warmup 2]
+Usage: ``.venv/bin/python bench/run_bench.py [--duration 6] [--warmup 2]
 [--connections 50] [--profiles master,hosts] [--quick]``
 """
 
@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import pgtopology  # noqa: E402
@@ -868,7 +868,7 @@ class Bench:
             fast = next((p["service"] for p in self.results["profiles"]
                          if p["key"] == "master"), None)
             self.results["klein_only"] = {
-                "cmd": f"taskset -c {SERVER_CORE} {PYTHON} tests/bench/launch.py --no-fast-path",
+                "cmd": f"taskset -c {SERVER_CORE} {PYTHON} bench/launch.py --no-fast-path",
                 "service": k,
                 "ratio": ratios(k, base) if base else None,
                 "fast_path_cpu_gain": (k["cpu_us_per_req"] / fast["cpu_us_per_req"]
@@ -1033,7 +1033,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"runs, p50 the mean, p99 the worst run. "
         f"Server CPU = utime+stime of the server process (`/proc/<pid>/stat`) over the "
         f"measured runs ÷ requests. Ratios (×) are to the bare-Twisted ceiling "
-        f"(`tests/bench/ceiling.py`, `transport.write`) with the same requests; "
+        f"(`bench/ceiling.py`, `transport.write`) with the same requests; "
         f"\"direct\" is the same ceiling sending with `socket.send` when nothing is "
         f"queued (`ceiling.py --direct`); CPU target = issue 14's limit on the ratio to "
         f"the first (where the original C service sits).")

@@ -12,7 +12,7 @@ for ``--settle`` more seconds.  Reports the RSS per count and the slope per
 host, and optionally the same with ``MALLOC_ARENA_MAX=2`` or with
 ``malloc_trim`` called in the process after the requests (``--malloc``).
 
-Usage: ``.venv/bin/python tests/bench/hosts_rss.py [--counts 1,10,100]
+Usage: ``.venv/bin/python bench/hosts_rss.py [--counts 1,10,100]
 [--settle 10] [--twistd .venv-daemon/bin/twistd]``
 """
 
@@ -29,7 +29,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 import pgtopology  # noqa: E402

@@ -1,4 +1,4 @@
--- wrk script for `make bench` (tests/bench/run_bench.py).
+-- wrk script for `make bench` (bench/run_bench.py).
 --
 -- Usage: wrk ... -s profile.lua <url> -- <spec file>
 --

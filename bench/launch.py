@@ -9,7 +9,7 @@ twistd plugin does (``pgstatus.tap.makeService``: configuration from the
 through ``twisted.web`` and Klein, and runs the default reactor until
 SIGTERM/SIGINT.
 
-Usage: ``python tests/bench/launch.py [--no-fast-path]``
+Usage: ``python bench/launch.py [--no-fast-path]``
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main(argv: list[str] | None = None) -> None:
