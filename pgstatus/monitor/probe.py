@@ -34,7 +34,7 @@ from pgstatus.monitor.query import (
     observation_from_row,
     status_query,
 )
-from pgstatus.monitor.reach import reach_tcp
+from pgstatus.monitor.tcpconnect import connect_tcp
 from pgstatus.monitor.turns import TURN_LIMIT, ConnectTurns, Deadline
 
 log = Logger(namespace="pgstatus.monitor")
@@ -234,7 +234,7 @@ class PostgresProbe:
         failure: CheckFailed | None = None
         for address in addresses:
             try:
-                proto = await self._wait(reach_tcp(self._reactor, address, host.port))
+                proto = await self._wait(connect_tcp(self._reactor, address, host.port))
             except Exception as e:
                 if self._aborted:
                     raise CheckFailed("connect", "aborted") from None

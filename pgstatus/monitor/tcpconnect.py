@@ -13,8 +13,8 @@ from twisted.internet.protocol import ClientFactory, Protocol
 from twisted.python.failure import Failure
 
 
-class _Reached(Protocol):
-    factory: TCPReach
+class _Connected(Protocol):
+    factory: TCPAttempt
     transport: ITCPTransport  # set (a tcp.Client) before connectionMade
 
     def connectionMade(self) -> None:
@@ -24,45 +24,45 @@ class _Reached(Protocol):
 if TYPE_CHECKING:
     # subscripted for mypy only: ClientFactory is not generic in every
     # Twisted setup.py allows (24.3's is not)
-    _ReachFactory = ClientFactory[_Reached]
+    _AttemptFactory = ClientFactory[_Connected]
 else:
-    _ReachFactory = ClientFactory
+    _AttemptFactory = ClientFactory
 
 
-class TCPReach(_ReachFactory):
+class TCPAttempt(_AttemptFactory):
     """
-    One TCP connection attempt: :attr:`reached` fires with the protocol once
+    One TCP connection attempt: :attr:`connected` fires with the protocol once
     TCP connects, or fails with the reason.  Cancelling it stops connecting.
     (``reactor.connectTCP`` rather than an endpoint: endpoints would import
     ``twisted.internet.endpoints`` at start, 0.4 MiB and 3 ms of CPU.)
     """
 
     noisy = False
-    protocol = _Reached
+    protocol = _Connected
 
     def __init__(self) -> None:
-        self.reached: Deferred[_Reached] = Deferred(self._cancel)
+        self.connected: Deferred[_Connected] = Deferred(self._cancel)
         self.connector: IConnector | None = None
 
-    def made(self, proto: _Reached) -> None:
-        if not self.reached.called:
-            self.reached.callback(proto)
+    def made(self, proto: _Connected) -> None:
+        if not self.connected.called:
+            self.connected.callback(proto)
         else:  # cancelled just as it connected
             proto.transport.abortConnection()
 
     def clientConnectionFailed(self, connector: IConnector, reason: Failure) -> None:
-        if not self.reached.called:
-            self.reached.errback(reason)
+        if not self.connected.called:
+            self.connected.errback(reason)
 
-    def _cancel(self, d: Deferred[_Reached]) -> None:
+    def _cancel(self, d: Deferred[_Connected]) -> None:
         if self.connector is not None:
             self.connector.stopConnecting()
 
 
-def reach_tcp(reactor: Any, address: str, port: int) -> Deferred[_Reached]:
+def connect_tcp(reactor: Any, address: str, port: int) -> Deferred[_Connected]:
     """
     Connect TCP to ``address`` (an IPv4 or IPv6 literal) and ``port``.
     """
-    attempt = TCPReach()
+    attempt = TCPAttempt()
     attempt.connector = reactor.connectTCP(address, port, attempt, timeout=3600)
-    return attempt.reached
+    return attempt.connected
