@@ -25,6 +25,7 @@ from twisted.internet.interfaces import IHostResolution, IResolutionReceiver
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config, HostConfig
 from pgstatus.monitor import libpq
 from pgstatus.monitor.lag import Observation
@@ -100,17 +101,20 @@ class PostgresProbe:
 
     :param reactor: provides TCP, time and name resolution.
     :param host: the host to check.
-    :param config: credentials and ``conn_max_age_ms``.
+    :param settings: the running configuration (credentials,
+        ``conn_max_age_ms``), read at every check.
     :param turns: shared connection turns.
     :param urgent: whether this host's connection setups go ahead of those
         of dead hosts (see :meth:`ConnectTurns.acquire`).
     """
 
-    def __init__(self, reactor: Any, host: HostConfig, config: Config,
+    def __init__(self, reactor: Any, host: HostConfig, settings: ConfigProvider,
                  turns: ConnectTurns, urgent: Callable[[], bool] = lambda: True) -> None:
         self._reactor = reactor
         self._host = host
-        self._config = config
+        self._settings = settings
+        #: the credentials the open connection was made with
+        self._credentials: tuple[str, str, str] | None = None
         self._turns = turns
         self._urgent = urgent
         self._conn: Any = None  # a libpq.Connection
@@ -176,17 +180,9 @@ class PostgresProbe:
         """
         self.abort()
 
-    def reconfigure(self, config: Config) -> None:
-        """
-        Use a reloaded configuration from the next check.  New credentials
-        or database: the open connection is replaced at the next check
-        (when no other connection setup is waiting), so they are verified
-        at once.
-        """
-        old, self._config = self._config, config
-        if (old.pg_user, old.pg_password, old.pg_database) != (
-                config.pg_user, config.pg_password, config.pg_database):
-            self._opened_at = float("-inf")
+    @property
+    def _config(self) -> Config:
+        return self._settings.current
 
     def _close_conn(self) -> None:
         conn, self._conn = self._conn, None
@@ -206,6 +202,10 @@ class PostgresProbe:
 
     async def _check(self, started: float, deadline: Deadline) -> Observation:
         age = self._reactor.seconds() - self._opened_at
+        if self.connected and self._credentials != _credentials(self._config):
+            # reloaded credentials or database: verified at once, by a new
+            # connection (when no other connection setup is waiting)
+            age = float("inf")
         if self.connected and age > self._config.conn_max_age_ms / 1000:
             if not self._turns.busy:
                 log.debug("recycling aged connection host={host}", host=self._host.name)
@@ -261,6 +261,7 @@ class PostgresProbe:
         # whether the next setup waits AUTH_PAUSE: after TLS or a password
         # (a setup that ran out of its turn or was aborted is assumed to)
         reached_auth = True
+        self._credentials = _credentials(self._config)
         try:
             await self._wait(conn.connect(
                 host=host.name,
@@ -441,3 +442,6 @@ def _describe(e: BaseException, config: Config) -> str:
         text = text.replace(secret, "***")
     return _PASSWORD_ASSIGNMENT.sub("password=***", text)
 
+
+def _credentials(config: Config) -> tuple[str, str, str]:
+    return config.pg_user, config.pg_password, config.pg_database

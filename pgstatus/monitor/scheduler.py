@@ -122,16 +122,13 @@ class HostMonitor:
     def settings_changed(self, old: Config) -> None:
         """
         React to a reload (the provider already holds the new
-        configuration): a new error log interval, the probe's settings, and
-        a waiting next check rescheduled for a new ``sleep_ms``; a check in
+        configuration; the probe reads it at its next check): a new error
+        log interval, and a waiting next check rescheduled for a new ``sleep_ms``; a check in
         progress finishes as it started.
         """
         config = self._settings.current
         if config.poll_error_log_interval_ms != old.poll_error_log_interval_ms:
             self._limiter = PollErrorLimiter(config.poll_error_log_interval_ms)
-        reconfigure = getattr(self.probe, "reconfigure", None)
-        if reconfigure is not None:
-            reconfigure(config)
         timer = self._timer
         if config.sleep_ms != old.sleep_ms and self._running and not self.checking \
                 and timer is not None and timer.active():
@@ -344,7 +341,7 @@ class MonitorService(Service):
         if probe_factory is None:
             def probe_factory(i: int) -> Probe:
                 state = self.registry.states[i]
-                return PostgresProbe(reactor, state.host, settings.current, self.turns,
+                return PostgresProbe(reactor, state.host, settings, self.turns,
                                      urgent=lambda: not self.registry.is_dead(state))
         self._probe_factory = probe_factory
         self.monitors = [

@@ -14,6 +14,7 @@ from twisted.internet.defer import CancelledError, Deferred, ensureDeferred
 from twisted.internet.task import Clock
 
 from pgstatus.config.environ import load_config
+from pgstatus.config.provider import ConfigProvider
 from pgstatus.monitor.probe import ABORT_GRACE, PostgresProbe
 from pgstatus.monitor.turns import ConnectTurns
 
@@ -22,7 +23,7 @@ def waiting_probe(pending: Deferred[Any]) -> tuple[PostgresProbe, Clock, list[An
     """A probe whose check waits for ``pending``; what the wait ended with."""
     clock = Clock()
     config = load_config({"pg_status__hosts": "127.0.0.1"})
-    probe = PostgresProbe(clock, config.hosts[0], config,
+    probe = PostgresProbe(clock, config.hosts[0], ConfigProvider(config),
                           ConnectTurns.for_hosts(clock, config.sleep_ms, 1))
     ended: list[Any] = []
     ensureDeferred(probe._wait(pending)).addBoth(ended.append)
@@ -67,7 +68,7 @@ def test_txpostgres_own_failure_first_is_not_doubled() -> None:
 def test_abort_without_a_wait(twice: bool) -> None:
     clock = Clock()
     config = load_config({"pg_status__hosts": "127.0.0.1"})
-    probe = PostgresProbe(clock, config.hosts[0], config,
+    probe = PostgresProbe(clock, config.hosts[0], ConfigProvider(config),
                           ConnectTurns.for_hosts(clock, config.sleep_ms, 1))
     probe.abort()
     if twice:

@@ -14,6 +14,7 @@ import pytest
 import pytest_twisted
 
 from pgstatus.config.environ import load_config
+from pgstatus.config.provider import ConfigProvider
 from pgstatus.monitor.probe import CheckFailed, PostgresProbe
 from pgstatus.monitor.turns import ConnectTurns, Deadline
 from service import blocking
@@ -60,7 +61,7 @@ def test_pause_after_setup_follows_its_authentication(pg_topology, reactor, auth
         env.update({"pg_status__pg_user": TRUSTED, "pg_status__pg_password": ""})
     config = load_config(env)
     turns = RecordingTurns(reactor)
-    probe = PostgresProbe(reactor, config.hosts[0], config, turns)
+    probe = PostgresProbe(reactor, config.hosts[0], ConfigProvider(config), turns)
     deadline = Deadline(reactor, 10.0, probe.abort)
     try:
         obs = yield probe.check(reactor.seconds(), deadline)
@@ -101,7 +102,7 @@ def test_pause_after_failed_setup_follows_how_far_it_got(pg_topology, tcp_proxy,
         env.update({"pg_status__hosts": proxy.host, "pg_status__pg_port": str(proxy.port)})
     config = load_config(env)
     turns = RecordingTurns(reactor)
-    probe = PostgresProbe(reactor, config.hosts[0], config, turns)
+    probe = PostgresProbe(reactor, config.hosts[0], ConfigProvider(config), turns)
     deadline = Deadline(reactor, 10.0, probe.abort)
     try:
         with pytest.raises(CheckFailed) as failed:

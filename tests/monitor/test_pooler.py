@@ -25,6 +25,7 @@ from twisted.internet.defer import inlineCallbacks
 from twisted.internet.task import deferLater
 
 from pgstatus.config.environ import load_config
+from pgstatus.config.provider import ConfigProvider
 from pgstatus.monitor.probe import CheckFailed, PostgresProbe
 from pgstatus.monitor.scheduler import MAX_DEAD_PERIOD
 from pgstatus.monitor.turns import ConnectTurns, Deadline
@@ -223,7 +224,7 @@ def test_failure_after_pooler_authentication_is_late(guarded_topology, pgbouncer
     env = {**pooled_env(topo, [bouncer]), **DEFAULTS}
     config = load_config(env)
     turns = ConnectTurns.for_hosts(reactor, config.sleep_ms, 1)
-    probe = PostgresProbe(reactor, config.hosts[0], config, turns)
+    probe = PostgresProbe(reactor, config.hosts[0], ConfigProvider(config), turns)
 
     def check() -> Any:
         # from a reactor turn of its own, as the monitor schedules checks

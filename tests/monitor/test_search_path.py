@@ -33,6 +33,7 @@ from twisted.internet.task import deferLater
 
 from pgstatus.client import write_position
 from pgstatus.config.environ import load_config
+from pgstatus.config.provider import ConfigProvider
 from pgstatus.monitor.probe import PostgresProbe
 from pgstatus.monitor.query import status_query
 from pgstatus.monitor.turns import ConnectTurns, Deadline
@@ -222,7 +223,7 @@ def _observe(reactor: Any, topo: PgTopology, node: PgNode, kind: str) -> Any:
     """One check of ``node`` by pg-status's probe, logged in as the ``kind`` role."""
     config = load_config({**topo.hosts_env(user=_role(kind), password=PASSWORD, nodes=[node]),
                           "pg_status__query_timeout_ms": "2000"})
-    probe = PostgresProbe(reactor, config.hosts[0], config,
+    probe = PostgresProbe(reactor, config.hosts[0], ConfigProvider(config),
                           ConnectTurns.for_hosts(reactor, config.sleep_ms, 1))
 
     def run() -> Any:
