@@ -7,12 +7,11 @@ The monitor side publishes views; the HTTP side only reads them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from pgstatus.record import record
 
-
-@record
+@dataclass(frozen=True, slots=True)
 class HostStatus:
     """
     One host as of its last completed check; every field comes from the

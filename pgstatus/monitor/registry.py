@@ -10,6 +10,7 @@ on the reactor thread.  The :class:`Registry` turns them into an immutable
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from twisted.logger import Logger, LogLevel
 
@@ -17,7 +18,6 @@ from pgstatus.config.settings import Config, HostConfig
 from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
 from pgstatus.monitor.lag import MasterPosition
-from pgstatus.record import replace
 
 log = Logger(namespace="pgstatus.monitor")
 

@@ -317,7 +317,7 @@ def test_memoised_heads_follow_the_view(reactor):
     when the monitor publishes another view: 503 before readiness, the
     master after, 404 once no master is left.
     """
-    from pgstatus.record import replace
+    from dataclasses import replace
 
     current = {"view": view(ready=False)}
     api = StatusAPI(lambda: current["view"], CONFIG, "9.9.9")

@@ -118,6 +118,16 @@ class Fixture:
         return out
 
 
+def test_response_equal_by_value_hashed_by_identity():
+    """
+    Responses compare by their fields, but hash as objects: the HTTP layer
+    keys its per-response memos by the memoised object.
+    """
+    a, b = Response(200, TEXT, b"OK"), Response(200, TEXT, b"OK")
+    assert a == b and a != Response(200, TEXT, b"KO")
+    assert hash(a) == object.__hash__(a) != hash(b)
+
+
 # ---------------------------------------------------------------------------
 # Readiness
 
