@@ -127,7 +127,8 @@ def test_registry_mirror_then_own_checks():
     # positions left from an earlier time of our own polling
     from pgstatus.monitor.lag import MasterPosition
 
-    stale = MasterPosition(0, 123, False, 1, 0.0, 0.0, 0.0)
+    stale = MasterPosition(host_index=0, lsn=123, unwritten=False, timeline=1,
+                           check_started=0.0, clock_offset=0.0, accuracy=0.0)
     reg.states[0].position = reg.last_master_position = stale
     reg.seed_from_view()
     assert reg.states[0].position is None and reg.last_master_position is None
