@@ -58,8 +58,8 @@ setup(
         ],
     },
     entry_points={
-        # `twistd --nodaemon --pidfile= [options] pgstatus` with a lighter
-        # start (pgstatus/launch.py)
+        # `twistd --nodaemon --pidfile= [options] pgstatus`, or with --daemon
+        # `twistd [options] pgstatus` (pgstatus/launch.py)
         "console_scripts": ["pg-status = pgstatus.launch:main"],
     },
     classifiers=[

@@ -1,18 +1,24 @@
 """
-Handing freed heap memory back to the system.
+Keeping a long-running service's memory in check: the objects start-up made
+are frozen out of the garbage collector's work, and memory freed into the C
+library's heap is handed back to the system.
 
-glibc's allocator keeps what Python (for objects over 512 bytes: receive
-buffers, request heads, rendered bodies) and libpq free inside its heap,
-and gives the pages back only when the top of the heap is free.  Over a soak
-(``make soak``: 10 minutes of mixed load, replica flaps, failovers) the
-service's RSS crept up by about 1 MiB while its Python heap stayed flat
-(tracemalloc); ``malloc_trim(0)`` at the end returned 0.86 MiB in under
-0.1 ms.  :class:`HeapTrimmer` calls it once a minute.  Elsewhere (musl,
-other systems) it does nothing.
+Start-up (imports, building the service) allocates almost only objects that
+live as long as the process; every full collection would traverse them all
+again for nothing, so :func:`settle` moves them into the collector's
+permanent generation once the service has started.
+
+glibc's allocator keeps what Python (objects over 512 bytes: receive
+buffers, request heads, rendered bodies) and libpq free inside its heap, and
+gives the pages back only when the top of the heap is free, so a service
+whose Python heap is flat still sees its RSS creep up.  :class:`HeapTrimmer`
+calls ``malloc_trim(0)`` once a minute; where the C library has no such
+function (musl, other systems) it does nothing.
 """
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +27,15 @@ from twisted.internet.task import LoopingCall
 
 #: seconds between two trims
 INTERVAL = 60.0
+
+
+def settle() -> None:
+    """
+    Move every object alive now into the collector's permanent generation
+    (``gc.freeze``), so that later collections traverse only what the
+    running service allocates.  Called once the service has started.
+    """
+    gc.freeze()
 
 
 def libc_trim() -> Callable[[], object] | None:
@@ -40,11 +55,12 @@ def libc_trim() -> Callable[[], object] | None:
 
 class HeapTrimmer(Service):
     """
-    Calls ``trim`` every :data:`INTERVAL` seconds while running.
+    Calls ``trim`` every ``interval`` seconds while running.
 
     :param clock: the reactor's time provider.
     :param trim: what to call; default :func:`libc_trim`'s (nothing when
         the C library has no ``malloc_trim``).
+    :param interval: seconds between two calls.
     """
 
     def __init__(self, clock: Any, trim: Callable[[], object] | None = None,

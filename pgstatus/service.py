@@ -16,7 +16,6 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from pgstatus import __version__
-from pgstatus.collector import settle
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config, ConfigError
 from pgstatus.http.api import StatusAPI
@@ -27,7 +26,7 @@ from pgstatus.http.responses import Renderer, Response
 from pgstatus.listening import ListenerService
 from pgstatus.logging.observers import LevelFilter
 from pgstatus.logging.twistd import factory_observer, install_observer
-from pgstatus.memory import HeapTrimmer
+from pgstatus.memory import HeapTrimmer, settle
 from pgstatus.model.stats import FollowStats, HostCounters
 from pgstatus.model.status import View
 from pgstatus.monitor.scheduler import MIN_EXTRA_INTERVAL, MonitorService, Probe

@@ -57,10 +57,12 @@ class FakeProbe:
 
 def master_obs(clock: IReactorTime, lsn: int = 1000, timeline: int = 1) -> Observation:
     now = clock.seconds()
-    return Observation(now, now, now, now, False, wal_lsn=lsn, insert_lsn=lsn, timeline=timeline)
+    return Observation(started=now, sent=now, received=now, server_now=now, in_recovery=False,
+                       wal_lsn=lsn, insert_lsn=lsn, timeline=timeline)
 
 
 def replica_obs(clock: IReactorTime, replay: int = 1000, timeline: int = 1) -> Observation:
     now = clock.seconds()
-    return Observation(now, now, now, now, True, timeline=timeline, replay_lsn=replay,
-                       receive_lsn=replay, replay_ts=now - 5.0)
+    return Observation(started=now, sent=now, received=now, server_now=now, in_recovery=True,
+                       timeline=timeline, replay_lsn=replay, receive_lsn=replay,
+                       replay_ts=now - 5.0)

@@ -19,7 +19,6 @@ from types import FrameType
 from typing import Any
 
 from pgstatus.config.settings import Config
-from pgstatus.record import replace
 
 #: settings a running service cannot change: a reload keeps the old values
 RESTART_SETTINGS = (
@@ -69,7 +68,7 @@ def plan_reload(old: Config, new: Config) -> ReloadPlan:
     if old.pg_password != new.pg_password:
         changed.append("pg_password=(changed)")
     keep = {name: getattr(old, name) for name in RESTART_SETTINGS}
-    return ReloadPlan(replace(new, **keep), tuple(changed), tuple(restart))
+    return ReloadPlan(dataclasses.replace(new, **keep), tuple(changed), tuple(restart))
 
 
 def install_sighup(reactor: Any, callback: Callable[[], object]) -> Callable[[], None] | None:

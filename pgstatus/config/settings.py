@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-
-from pgstatus.record import record
+from dataclasses import dataclass, field
 
 #: Prefix of every pg-status environment variable.
 PREFIX = "pg_status__"
@@ -54,7 +53,7 @@ class ConfigError(Exception):
         return f"{self.variable}: {self.reason}"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class HostConfig:
     """
     One entry of ``pg_status__hosts``.
@@ -73,7 +72,7 @@ class HostConfig:
     geo: str | None
 
 
-@record(hidden=("pg_password",))
+@dataclass(frozen=True, slots=True)
 class Config:
     """
     Validated, immutable pg-status configuration.
@@ -92,7 +91,7 @@ class Config:
 
     hosts: tuple[HostConfig, ...]
     pg_user: str = "postgres"
-    pg_password: str = "postgres"
+    pg_password: str = field(default="postgres", repr=False)
     pg_database: str = "postgres"
     current_dc: str | None = None
     current_geo: str | None = None

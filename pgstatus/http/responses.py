@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -40,7 +41,6 @@ from pgstatus.model.selection import (
     with_floor,
 )
 from pgstatus.model.status import HostStatus, View
-from pgstatus.record import record
 
 log = Logger(namespace="pgstatus.http")
 selection_log = Logger(namespace="pgstatus.selection")
@@ -49,7 +49,7 @@ TEXT = b"text/plain; charset=utf-8"
 JSON = b"application/json"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Response:
     """
     An HTTP answer: status code, ``Content-Type`` (``None`` for an empty

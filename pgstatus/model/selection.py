@@ -8,15 +8,14 @@ Nothing here does I/O or reads a clock; round-robin state is passed in.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
-
-from pgstatus.record import record
 
 if TYPE_CHECKING:
     from pgstatus.model.status import HostStatus
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Filters:
     """
     The constraints of one replica request.
@@ -122,7 +121,7 @@ def candidates(hosts: Sequence[HostStatus], f: Filters, master: HostStatus | Non
     return tuple(best or weak)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Locality:
     """
     Where this pg-status instance runs; a dimension is ``None`` unless its

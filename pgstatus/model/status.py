@@ -7,10 +7,10 @@ The monitor side publishes views; the HTTP side only reads them.
 
 from __future__ import annotations
 
-from pgstatus.record import record
+from dataclasses import dataclass
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class HostStatus:
     """
     One host as of its last completed check; every field comes from the

@@ -9,14 +9,15 @@ related through the midpoint of the round trip that measured them.
 
 from __future__ import annotations
 
-from pgstatus.record import record
+from dataclasses import KW_ONLY, dataclass
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Observation:
     """
     What one successful status query returned, with the local times around
-    it.
+    it.  The fields after ``in_recovery``, which depend on the role, are
+    keyword-only.
 
     :ivar started: local time the check started (before any connecting).
     :ivar sent: local time the status query was sent.
@@ -43,6 +44,7 @@ class Observation:
     received: float
     server_now: float
     in_recovery: bool
+    _: KW_ONLY
     wal_lsn: int | None = None
     insert_lsn: int | None = None
     timeline: int | None = None
@@ -75,7 +77,7 @@ class Observation:
         return max(0.0, (self.received - self.sent) / 2)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class MasterPosition:
     """
     A master's position from one successful check, as replicas need it.
@@ -109,8 +111,8 @@ class MasterPosition:
             return None
         unwritten = obs.insert_lsn is not None and obs.insert_lsn > obs.past_header(obs.wal_lsn)
         return cls(
-            host_index, obs.wal_lsn, unwritten, obs.timeline, obs.started,
-            obs.clock_offset, obs.accuracy,
+            host_index=host_index, lsn=obs.wal_lsn, unwritten=unwritten, timeline=obs.timeline,
+            check_started=obs.started, clock_offset=obs.clock_offset, accuracy=obs.accuracy,
         )
 
 

@@ -13,6 +13,7 @@ half of, a check.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config, HostConfig
@@ -20,7 +21,6 @@ from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
 from pgstatus.monitor import sync
 from pgstatus.monitor.lag import MasterPosition
-from pgstatus.record import replace
 
 
 class HostState:

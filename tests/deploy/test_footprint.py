@@ -115,16 +115,15 @@ def get(port: int, path: str, method: str = "GET") -> bytes:
     return data
 
 
-def run_daemon(site: str, paths: list[str], tmp_path, launcher: bool = False,
-               env_extra: dict[str, str] | None = None) -> tuple[set[str], list[bytes]]:
+def run_daemon(site: str, paths: list[str], tmp_path,
+               launcher: bool = False) -> tuple[set[str], list[bytes]]:
     """
     Start ``twistd -n pgstatus`` (or, with ``launcher``, the ``pg-status``
     command's ``main``) on the daemon's distributions only, wait until
     ready, ask ``paths`` over real sockets, stop it with SIGTERM (exit
     status 0).
 
-    :return: every module the process imported (placeholders of modules the
-        launcher defers do not count until loaded), and the answers.  The
+    :return: every module the process imported, and the answers.  The
         state of the process's garbage collector then (enabled, objects
         frozen) is in ``tmp_path / "modules.gc"``.
     """
@@ -138,7 +137,6 @@ def run_daemon(site: str, paths: list[str], tmp_path, launcher: bool = False,
         "pg_status__http_listen_address": "127.0.0.1",
         "pg_status__http_port": str(port),
         "pg_status__log_level": "warning",
-        **(env_extra or {}),
     })
     out = tmp_path / "modules"
     code = ("import gc, signal, sys\n"
@@ -146,8 +144,7 @@ def run_daemon(site: str, paths: list[str], tmp_path, launcher: bool = False,
             f"    with open({str(out)!r} + '.gc', 'w') as f:\n"
             "        f.write(f'{gc.isenabled()} {gc.get_freeze_count()}')\n"
             f"    with open({str(out)!r} + '.tmp', 'w') as f:\n"
-            "        f.write('\\n'.join(n for n, m in list(sys.modules.items())\n"
-            "                            if type(m).__name__ != 'DeferredModule'))\n"
+            "        f.write('\\n'.join(list(sys.modules)))\n"
             f"    import os; os.rename({str(out)!r} + '.tmp', {str(out)!r})\n"
             "signal.signal(signal.SIGUSR2, dump)\n")
     if launcher:
@@ -211,9 +208,7 @@ def test_first_request_for_klein_loads_it_and_no_tls(daemon_site, tmp_path, laun
     """
     A request only Klein answers (``/metrics``) loads Klein and twisted.web's
     server then (so the check above sees them when they are imported), and
-    still no TLS stack; under ``pg-status`` too, whose deferred modules
-    (``http.cookiejar``, ``shutil``, ``random``...) then load as Klein,
-    werkzeug and twisted.web use them.
+    still no TLS stack; under ``pg-status`` too.
     """
     modules, answers = run_daemon(daemon_site, ["/metrics", "/master", "/openapi.json"],
                                   tmp_path, launcher=launcher)
@@ -223,43 +218,17 @@ def test_first_request_for_klein_loads_it_and_no_tls(daemon_site, tmp_path, laun
     assert sorted(modules & TLS_STACK) == []
 
 
-#: what ``pg-status`` (pgstatus/launch.py) keeps from being imported at all:
-#: http.cookiejar and what it brings, and pdb
-DEFERRED_AWAY = {"http.cookiejar", "urllib.request", "http.client", "email.parser", "pdb", "bdb",
-                 "argparse", "difflib", "pprint", "random", "shutil", "bz2", "lzma", "tokenize",
-                 "textwrap", "copy", "locale", "twisted.internet.unix", "twisted.python.sendmsg",
-                 # asyncio but for the three names twisted.internet.defer takes
-                 "asyncio", "asyncio.base_events", "asyncio.unix_events", "asyncio.sslproto",
-                 # imported by psycopg2 for nothing since OpenSSL 1.1
-                 "ssl", "_ssl",
-                 "getpass", "twisted.python.logfile", "twisted.internet.udp", "pty", "fnmatch",
-                 "ntpath",
-                 # no plugin discovery: Twisted's plugin cache would import
-                 # twisted.trial's interfaces and unittest
-                 "twisted.trial.itrial", "unittest", "twisted.plugins.twisted_web"}
-
-
-def test_every_deferred_module_is_checked():
-    """
-    Each module the launcher defers is one the test below checks stays
-    unloaded through a start and the fast path.
-    """
-    from pgstatus.launch import DEFERRED
-
-    assert sorted(set(DEFERRED) - DEFERRED_AWAY) == []
-
-
-def test_launcher_serves_without_the_deferred_modules(daemon_site, tmp_path):
+def test_launcher_serves_the_same_without_what_the_daemon_must_not_import(daemon_site,
+                                                                          tmp_path):
     """
     ``pg-status`` runs the same service (same answers as twistd's, exit
-    status 0 on SIGTERM) and never loads the standard-library modules it
-    defers, nor what the daemon must not import.
+    status 0 on SIGTERM) and imports none of what the daemon must not.
     """
     modules, answers = run_daemon(daemon_site, FAST_PATHS, tmp_path, launcher=True)
     assert "pgstatus.http.fastpath" in modules and "pgstatus.launch" in modules
     assert answers[0].startswith(b"HTTP/1.1 404")  # the only host is dead
     assert answers[1].startswith(b"HTTP/1.1 200")
-    assert sorted(modules & (NOT_AT_START | DEFERRED_AWAY)) == []
+    assert sorted(modules & NOT_AT_START) == []
 
 
 def collector_state(tmp_path) -> tuple[bool, int]:
@@ -271,36 +240,10 @@ def collector_state(tmp_path) -> tuple[bool, int]:
 @pytest.mark.parametrize("launcher", [False, True], ids=["twistd", "pg-status"])
 def test_started_service_collects_again_with_start_up_frozen(daemon_site, tmp_path, launcher):
     """
-    Once started, the daemon's collector is on (``pg-status`` holds it off
-    while starting), and what start-up made is frozen out of its
-    collections: tens of thousands of objects.
+    Once started, the daemon's collector is on, and what start-up made is
+    frozen out of its collections: tens of thousands of objects.
     """
     run_daemon(daemon_site, ["/master"], tmp_path, launcher=launcher)
     enabled, frozen = collector_state(tmp_path)
     assert enabled
     assert frozen > 20_000, frozen
-
-
-@pytest.mark.pg
-def test_launcher_speaks_tls_to_postgresql_without_python_ssl(daemon_site, tmp_path,
-                                                             fresh_topology):
-    """
-    psycopg2 imports Python's ``ssl`` at start for nothing, and ``pg-status``
-    defers it: against a server with TLS and ``PGSSLMODE=verify-full``
-    (libpq verifies the certificate, or the connection fails) the service
-    reports the master, with ``ssl`` still not loaded.
-    """
-    from monitor.test_tls import enable_ssl, make_cert
-
-    topo = fresh_topology(0)
-    node = topo.primary
-    cert, key = make_cert(topo.base_dir)
-    enable_ssl(node, cert, key)
-    env = {**topo.hosts_env(), "pg_status__hosts": "localhost",
-           "pg_status__pg_port": str(node.port), "PGSSLMODE": "verify-full",
-           "PGSSLROOTCERT": cert}
-    modules, answers = run_daemon(daemon_site, ["/master", "/hosts"], tmp_path,
-                                  launcher=True, env_extra=env)
-    assert answers[0].startswith(b"HTTP/1.1 200") and answers[0].endswith(b"\r\n\r\nlocalhost")
-    assert "ssl" not in modules and "_ssl" not in modules
-    assert "psycopg2._psycopg" in modules

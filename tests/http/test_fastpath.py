@@ -30,14 +30,16 @@ CONFIG = load_config({
 
 def view(ready: bool = True) -> View:
     hosts = (
-        HostStatus(0, "pg-1", "a", None, True, True, True, False, True, 0, 0, 0x3000060, 2,
-                   True, True),
-        HostStatus(1, "pg-2", "b", None, True, True, True, False, False, 10, 500, 0x3000000, 2,
-                   True, True),
-        HostStatus(2, "pg-3", "a", None, True, True, True, True, False, 5000, 10, 0x3000050, 2,
-                   False, True),
-        HostStatus(3, "pg-4", "c", None, True, False, False, True, False, None, None, None, None,
-                   False, False),
+        HostStatus(0, "pg-1", "a", None, checked=True, reached=True, alive=True, master=True,
+                   lag_ms=0, lag_bytes=0, lsn=0x3000060, timeline=2, sync_by_time=True,
+                   sync_by_bytes=True),
+        HostStatus(1, "pg-2", "b", None, checked=True, reached=True, alive=True, lag_ms=10,
+                   lag_bytes=500, lsn=0x3000000, timeline=2, sync_by_time=True,
+                   sync_by_bytes=True),
+        HostStatus(2, "pg-3", "a", None, checked=True, reached=True, alive=True,
+                   possible_dead=True, lag_ms=5000, lag_bytes=10, lsn=0x3000050, timeline=2,
+                   sync_by_bytes=True),
+        HostStatus(3, "pg-4", "c", None, checked=True, possible_dead=True),
     )
     return View(hosts, select_master(hosts), ready, 1)
 
@@ -317,7 +319,7 @@ def test_memoised_heads_follow_the_view(reactor):
     when the monitor publishes another view: 503 before readiness, the
     master after, 404 once no master is left.
     """
-    from pgstatus.record import replace
+    from dataclasses import replace
 
     current = {"view": view(ready=False)}
     api = make_api(lambda: current["view"], CONFIG, "9.9.9")

@@ -37,11 +37,13 @@ def host_status(draw, index: int) -> HostStatus:
     lag_ms = 0 if master else (draw(maybe_int) if alive else None)
     lag_bytes = 0 if master else (draw(maybe_int) if alive else None)
     return HostStatus(
-        index, f"h{index}", "ab"[index % 2] if index != 4 else "a", None, checked, checked,
-        alive, possible_dead, master, lag_ms, lag_bytes,
-        draw(maybe_int) if alive else None,
-        draw(st.one_of(st.none(), st.integers(1, 3))) if alive else None,
-        lag_ms is not None and lag_ms <= 1000, lag_bytes is not None and lag_bytes <= 10**6,
+        index, f"h{index}", "ab"[index % 2] if index != 4 else "a", None,
+        checked=checked, reached=checked, alive=alive, possible_dead=possible_dead,
+        master=master, lag_ms=lag_ms, lag_bytes=lag_bytes,
+        lsn=draw(maybe_int) if alive else None,
+        timeline=draw(st.one_of(st.none(), st.integers(1, 3))) if alive else None,
+        sync_by_time=lag_ms is not None and lag_ms <= 1000,
+        sync_by_bytes=lag_bytes is not None and lag_bytes <= 10**6,
     )
 
 

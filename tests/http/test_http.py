@@ -27,15 +27,20 @@ CONFIG = load_config({"pg_status__hosts": "m,r1,r2"})
 
 def hosts(master_alive: bool = True, replicas_alive: bool = True) -> tuple[HostStatus, ...]:
     return (
-        HostStatus(0, "m", None, None, True, True, master_alive, not master_alive,
-                   master_alive, 0 if master_alive else None, 0 if master_alive else None,
-                   0x3000060 if master_alive else None, 1, master_alive, master_alive),
-        HostStatus(1, "r1", None, None, True, True, replicas_alive, not replicas_alive, False,
-                   5 if replicas_alive else None, 100 if replicas_alive else None,
-                   0x3000000 if replicas_alive else None, 1, replicas_alive, replicas_alive),
-        HostStatus(2, "r2", None, None, True, True, replicas_alive, not replicas_alive, False,
-                   2000 if replicas_alive else None, 2_000_000 if replicas_alive else None,
-                   0x2000000 if replicas_alive else None, 1, False, False),
+        HostStatus(0, "m", None, None, checked=True, reached=True, alive=master_alive,
+                   possible_dead=not master_alive, master=master_alive,
+                   lag_ms=0 if master_alive else None, lag_bytes=0 if master_alive else None,
+                   lsn=0x3000060 if master_alive else None, timeline=1,
+                   sync_by_time=master_alive, sync_by_bytes=master_alive),
+        HostStatus(1, "r1", None, None, checked=True, reached=True, alive=replicas_alive,
+                   possible_dead=not replicas_alive, lag_ms=5 if replicas_alive else None,
+                   lag_bytes=100 if replicas_alive else None,
+                   lsn=0x3000000 if replicas_alive else None, timeline=1,
+                   sync_by_time=replicas_alive, sync_by_bytes=replicas_alive),
+        HostStatus(2, "r2", None, None, checked=True, reached=True, alive=replicas_alive,
+                   possible_dead=not replicas_alive, lag_ms=2000 if replicas_alive else None,
+                   lag_bytes=2_000_000 if replicas_alive else None,
+                   lsn=0x2000000 if replicas_alive else None, timeline=1),
     )
 
 

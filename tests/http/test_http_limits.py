@@ -22,7 +22,9 @@ from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
 
 CONFIG = load_config({"pg_status__hosts": "m"})
-HOSTS = (HostStatus(0, "m", None, None, True, True, True, False, True, 0, 0, 1, 1, True, True),)
+HOSTS = (HostStatus(0, "m", None, None, checked=True, reached=True, alive=True, master=True,
+                    lag_ms=0, lag_bytes=0, lsn=1, timeline=1, sync_by_time=True,
+                    sync_by_bytes=True),)
 VIEW = View(HOSTS, select_master(HOSTS), True, 1)
 
 

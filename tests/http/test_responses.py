@@ -10,6 +10,7 @@ No reactor and no HTTP: a :class:`~pgstatus.http.responses.Renderer` reads a
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -31,7 +32,6 @@ from pgstatus.http.responses import JSON, TEXT, Renderer, Response
 from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
 from pgstatus.monitor.registry import Registry
-from pgstatus.record import replace
 
 P = "pg_status__"
 LSN = 0x3000060
@@ -118,6 +118,16 @@ class Fixture:
             assert r.content_type == TEXT
             out.add(r.body.decode())
         return out
+
+
+def test_response_equal_by_value_hashed_by_identity():
+    """
+    Responses compare by their fields, but hash as objects: the HTTP layer
+    keys its per-response memos by the memoised object.
+    """
+    a, b = Response(200, TEXT, b"OK"), Response(200, TEXT, b"OK")
+    assert a == b and a != Response(200, TEXT, b"KO")
+    assert hash(a) == object.__hash__(a) != hash(b)
 
 
 # ---------------------------------------------------------------------------

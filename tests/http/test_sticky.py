@@ -19,13 +19,17 @@ CONFIG = load_config({"pg_status__hosts": "m,r1,r2,r3"})
 
 
 def view(*down: str, lagging: str | None = None) -> View:
-    hs = [HostStatus(0, "m", None, None, True, True, True, False, True, 0, 0, 100, 1, True, True)]
+    hs = [HostStatus(0, "m", None, None, checked=True, reached=True, alive=True, master=True,
+                     lag_ms=0, lag_bytes=0, lsn=100, timeline=1, sync_by_time=True,
+                     sync_by_bytes=True)]
     for i, name in enumerate(("r1", "r2", "r3"), start=1):
         alive = name not in down
         lag = 5000 if name == lagging else 10
-        hs.append(HostStatus(i, name, None, None, True, True, alive, not alive, False,
-                             lag if alive else None, 0 if alive else None,
-                             100 if alive else None, 1, alive and lag <= 1000, alive))
+        hs.append(HostStatus(i, name, None, None, checked=True, reached=True, alive=alive,
+                             possible_dead=not alive, lag_ms=lag if alive else None,
+                             lag_bytes=0 if alive else None, lsn=100 if alive else None,
+                             timeline=1, sync_by_time=alive and lag <= 1000,
+                             sync_by_bytes=alive))
     hosts = tuple(hs)
     return View(hosts, select_master(hosts), True, 1)
 

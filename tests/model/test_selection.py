@@ -660,7 +660,7 @@ def test_min_lsn_inside_a_page_header_is_met_at_the_page_start():
     no further; without ``reach`` its ``lsn`` decides.
     """
     boundary = 0x4000000
-    from pgstatus.record import replace
+    from dataclasses import replace
 
     at = replace(replica(1, lsn=boundary), reach=boundary + 40)
     m = master(0)

@@ -122,7 +122,8 @@ def test_registry_mirror_then_own_checks():
     # a position left from an earlier time of our own polling
     from pgstatus.monitor.lag import MasterPosition
 
-    stale = MasterPosition(0, 123, False, 1, 0.0, 0.0, 0.0)
+    stale = MasterPosition(host_index=0, lsn=123, unwritten=False, timeline=1,
+                           check_started=0.0, clock_offset=0.0, accuracy=0.0)
     reg.record_success(reg.states[0], master=True, lsn=123, timeline=1, lag_ms=0, lag_bytes=0,
                        position=stale)
     assert reg.reference_position == stale

@@ -76,10 +76,13 @@ def test_default_config_is_the_spec():
 
 
 def view(*lags_ms):
-    hs = [HostStatus(0, "m", None, None, True, True, True, False, True, 0, 0, 100, 1, True, True)]
+    hs = [HostStatus(0, "m", None, None, checked=True, reached=True, alive=True, master=True,
+                     lag_ms=0, lag_bytes=0, lsn=100, timeline=1, sync_by_time=True,
+                     sync_by_bytes=True)]
     for i, lag in enumerate(lags_ms, start=1):
-        hs.append(HostStatus(i, f"r{i}", None, None, True, True, True, False, False, lag, lag,
-                             100, 1, lag <= 1000, lag <= 1000))
+        hs.append(HostStatus(i, f"r{i}", None, None, checked=True, reached=True, alive=True,
+                             lag_ms=lag, lag_bytes=lag, lsn=100, timeline=1,
+                             sync_by_time=lag <= 1000, sync_by_bytes=lag <= 1000))
     hosts = tuple(hs)
     return View(hosts, select_master(hosts), True, 1)
 

@@ -71,7 +71,9 @@ def position(
     A master position; by default its check started 500 ms before ``T``
     and its clock agrees with the local one.
     """
-    return MasterPosition(0, lsn, unwritten, timeline, check_started, clock_offset, accuracy)
+    return MasterPosition(host_index=0, lsn=lsn, unwritten=unwritten, timeline=timeline,
+                          check_started=check_started, clock_offset=clock_offset,
+                          accuracy=accuracy)
 
 
 # ---------------------------------------------------------------------------
@@ -429,7 +431,9 @@ def test_master_position_fields():
     """
     obs = _master_obs()
     pos = MasterPosition.from_observation(2, obs)
-    assert pos == MasterPosition(2, 5000, False, 4, T - 0.01, obs.clock_offset, obs.accuracy)
+    assert pos == MasterPosition(host_index=2, lsn=5000, unwritten=False, timeline=4,
+                                 check_started=T - 0.01, clock_offset=obs.clock_offset,
+                                 accuracy=obs.accuracy)
     assert pos.clock_offset == pytest.approx(3.0)
     assert pos.accuracy == pytest.approx(0.02)
 

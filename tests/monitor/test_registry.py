@@ -43,7 +43,8 @@ def pos(index: int, lsn: int = LSN, timeline: int | None = 1) -> MasterPosition:
     """
     A master position of host ``index``.
     """
-    return MasterPosition(index, lsn, False, timeline, 10.0, 0.0, 0.001)
+    return MasterPosition(host_index=index, lsn=lsn, unwritten=False, timeline=timeline,
+                          check_started=10.0, clock_offset=0.0, accuracy=0.001)
 
 
 class Host:
