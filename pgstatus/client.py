@@ -33,7 +33,7 @@ from twisted.web.client import Agent, HTTPConnectionPool
 
 __all__ = [
     "HostChoice",
-    "HostStatus",
+    "HostReport",
     "NotReady",
     "PgStatusClient",
     "PgStatusError",
@@ -54,7 +54,7 @@ class HostChoice:
 
 
 @dataclass(frozen=True, slots=True)
-class HostStatus:
+class HostReport:
     """
     One host as ``/hosts`` and ``/status`` report it, as of its last
     successful check.  Lags and ``lsn`` are ``None`` when unknown and for a
@@ -145,15 +145,15 @@ def _error_text(body: bytes) -> str | None:
     return text if isinstance(text, str) else None
 
 
-_STATUS_FIELDS = tuple(f for f in HostStatus.__dataclass_fields__ if f != "host")
+_STATUS_FIELDS = tuple(f for f in HostReport.__dataclass_fields__ if f != "host")
 
 
-def _host_status(item: Any, path: str, host: str | None = None) -> HostStatus:
+def _host_status(item: Any, path: str, host: str | None = None) -> HostReport:
     """
     A ``/hosts`` item, or a ``/status`` object with ``host`` added.
     """
     try:
-        return HostStatus(item["host"] if host is None else host,
+        return HostReport(item["host"] if host is None else host,
                           *(item[f] for f in _STATUS_FIELDS))
     except (TypeError, KeyError):
         raise PgStatusError(200, None, f"{path}: unexpected answer {item!r:.200}") from None
@@ -347,24 +347,24 @@ class PgStatusClient:
         return self._select("/most_sync_by_bytes", lag_bytes=lag_bytes, min_lsn=min_lsn,
                             timeline=timeline)
 
-    def hosts(self) -> Deferred[list[HostStatus]]:
+    def hosts(self) -> Deferred[list[HostReport]]:
         """
         ``/hosts``: every configured host, in configuration order.
         """
-        async def run() -> list[HostStatus]:
+        async def run() -> list[HostReport]:
             items = await self._json("/hosts", [])
             return [_host_status(item, "/hosts") for item in items]
 
         return Deferred.fromCoroutine(run())
 
-    def status(self, host: str) -> Deferred[HostStatus]:
+    def status(self, host: str) -> Deferred[HostReport]:
         """
         ``/status?host=``: one host.  An unknown host raises
         :class:`PgStatusError` with status ``404``.
         """
         params = [("host", _str("host", host))]
 
-        async def run() -> HostStatus:
+        async def run() -> HostReport:
             item = await self._json("/status", params)
             return _host_status(item, "/status", host)
 

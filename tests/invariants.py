@@ -102,8 +102,8 @@ def spec_replica_answers(view: Any, min_lsn: int | None = None,
         if min_lsn is not None:
             # a position inside a WAL page header (what the master reports
             # after a record that ends at a page boundary) is met at the
-            # page's start: the view's reach says how far that goes
-            replayed = h.reach if h.reach is not None else h.lsn
+            # page's start: the view's replayed_through says how far that goes
+            replayed = h.replayed_through if h.replayed_through is not None else h.lsn
             if replayed is None or replayed < min_lsn:
                 return False
             if h.timeline is not None and master_tl is not None and h.timeline != master_tl:

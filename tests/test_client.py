@@ -16,7 +16,7 @@ from twisted.web.client import HTTPConnectionPool
 
 from pgstatus.client import (
     HostChoice,
-    HostStatus,
+    HostReport,
     NotReady,
     PgStatusClient,
     PgStatusError,
@@ -113,13 +113,13 @@ def test_typed_answers(pg_topology, running, reactor):
     assert (yield client.replica(timeline=4294967295)).host == primary.host
 
     hosts = yield client.hosts()
-    assert [type(h) for h in hosts] == [HostStatus] * 3
+    assert [type(h) for h in hosts] == [HostReport] * 3
     assert [(h.host, h.dc, h.geo, h.master, h.alive) for h in hosts] == [
         (primary.host, "dc1", "eu", True, True), (r1.host, "dc2", "eu", False, True),
         (r2.host, "dc3", "us", False, True)]
     assert hosts[0].lag_ms == 0 and hosts[0].lag_bytes == 0 and isinstance(hosts[0].lsn, str)
     s = yield client.status(r2.host)
-    assert isinstance(s, HostStatus)
+    assert isinstance(s, HostReport)
     assert (s.host, s.dc, s.geo, s.master, s.alive) == (r2.host, "dc3", "us", False, True)
     with pytest.raises(PgStatusError) as e:
         yield client.status("no-such-host")

@@ -64,8 +64,8 @@ def replayed(h: HostStatus, lsn: int) -> bool:
     a page header (as ``pg_current_wal_insert_lsn()`` gives after a record
     that ends at a page boundary) is met by a replica at that page's start.
     """
-    reach = h.reach if h.reach is not None else h.lsn
-    return reach is not None and reach >= lsn
+    through = h.replayed_through if h.replayed_through is not None else h.lsn
+    return through is not None and through >= lsn
 
 
 def matches(h: HostStatus, f: Filters, master: HostStatus | None) -> bool:

@@ -21,7 +21,7 @@ from pgstatus.model.status import HostStatus, View
 FORMAT = 1
 
 _FIELDS = ("checked", "reached", "alive", "possible_dead", "master", "lag_ms", "lag_bytes",
-           "lsn", "reach", "timeline", "sync_by_time", "sync_by_bytes", "sync_note")
+           "lsn", "replayed_through", "timeline", "sync_by_time", "sync_by_bytes", "sync_note")
 
 
 class SnapshotError(ValueError):
@@ -89,7 +89,7 @@ def decode(data: bytes | str, hosts: Sequence[HostConfig]
 
 
 def _field(name: str, value: Any) -> Any:
-    if name in ("lag_ms", "lag_bytes", "lsn", "reach", "timeline"):
+    if name in ("lag_ms", "lag_bytes", "lsn", "replayed_through", "timeline"):
         if value is None:
             return None
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:

@@ -39,7 +39,7 @@ class HostStatus:
     #: the last position a ``min_lsn`` may name and be met by this replica:
     #: ``lsn``, or past the page header when ``lsn`` is at a WAL page
     #: boundary (see :func:`pgstatus.monitor.lag.past_header`); ``None``: ``lsn``
-    reach: int | None = None
+    replayed_through: int | None = None
     #: why a replica is out of the sync set (only with hysteresis or a
     #: serving floor configured)
     sync_note: str | None = None

@@ -82,7 +82,6 @@ class MasterPosition:
     """
     A master's position from one successful check, as replicas need it.
 
-    :ivar host_index: which host the master is.
     :ivar lsn: ``pg_current_wal_lsn()``.
     :ivar unwritten: the master had WAL it had not written yet
         (``pg_current_wal_insert_lsn() > pg_current_wal_lsn()``, where a
@@ -93,7 +92,6 @@ class MasterPosition:
     :ivar accuracy: uncertainty of ``clock_offset``.
     """
 
-    host_index: int
     lsn: int
     unwritten: bool
     timeline: int | None
@@ -102,7 +100,7 @@ class MasterPosition:
     accuracy: float
 
     @classmethod
-    def from_observation(cls, host_index: int, obs: Observation) -> MasterPosition | None:
+    def from_observation(cls, obs: Observation) -> MasterPosition | None:
         """
         The position a master's observation gives, or ``None`` without an
         LSN.
@@ -111,7 +109,7 @@ class MasterPosition:
             return None
         unwritten = obs.insert_lsn is not None and obs.insert_lsn > obs.past_header(obs.wal_lsn)
         return cls(
-            host_index=host_index, lsn=obs.wal_lsn, unwritten=unwritten, timeline=obs.timeline,
+            lsn=obs.wal_lsn, unwritten=unwritten, timeline=obs.timeline,
             check_started=obs.started, clock_offset=obs.clock_offset, accuracy=obs.accuracy,
         )
 

@@ -33,7 +33,7 @@ class HostState:
     """
 
     __slots__ = ("host", "checked", "failures", "reached", "master", "lag_ms", "lag_bytes",
-                 "lsn", "reach", "timeline", "position", "last_failed", "sync_time",
+                 "lsn", "replayed_through", "timeline", "position", "last_failed", "sync_time",
                  "sync_bytes")
 
     def __init__(self, host: HostConfig) -> None:
@@ -45,7 +45,7 @@ class HostState:
         self.lag_ms: int | None = None
         self.lag_bytes: int | None = None
         self.lsn: int | None = None
-        self.reach: int | None = None
+        self.replayed_through: int | None = None
         self.timeline: int | None = None
         #: the master's position from its last successful check (masters only)
         self.position: MasterPosition | None = None
@@ -62,7 +62,7 @@ class HostState:
         """
         return self.failures >= max_fails or (self.failures > 0 and not self.reached)
 
-    def status(self, index: int, config: Config) -> HostStatus:
+    def as_status(self, index: int, config: Config) -> HostStatus:
         """
         This host as an immutable :class:`HostStatus` at position ``index``
         (no side effects).
@@ -83,7 +83,7 @@ class HostState:
             index, host.name, host.dc, host.geo,
             checked=True, reached=True, alive=True, possible_dead=self.failures > 0,
             master=self.master, lag_ms=self.lag_ms, lag_bytes=self.lag_bytes, lsn=self.lsn,
-            timeline=self.timeline, reach=self.reach, sync_by_time=in_time,
+            timeline=self.timeline, replayed_through=self.replayed_through, sync_by_time=in_time,
             sync_by_bytes=in_bytes, sync_note=note,
         )
 
@@ -101,7 +101,7 @@ class Registry:
         config = settings.current
         self._states = [HostState(host) for host in config.hosts]
         self._where = {id(s): i for i, s in enumerate(self._states)}
-        self._statuses = [s.status(i, config) for i, s in enumerate(self._states)]
+        self._statuses = [s.as_status(i, config) for i, s in enumerate(self._states)]
         self._generation = 0
         #: the master position replica lag is measured against, and the
         #: state it came from: of the selected master, or, while none is
@@ -178,13 +178,13 @@ class Registry:
     # -- recording check results -----------------------------------------
     def record_success(self, state: HostState, *, master: bool, lsn: int | None,
                        timeline: int | None, lag_ms: int | None, lag_bytes: int | None,
-                       position: MasterPosition | None, reach: int | None = None
+                       position: MasterPosition | None, replayed_through: int | None = None
                        ) -> HostStatus:
         """
         Record a successful check of ``state``'s host, step its sync-set
         membership and publish.
 
-        :param reach: see :attr:`HostStatus.reach`.
+        :param replayed_through: see :attr:`HostStatus.replayed_through`.
         :return: the host's new published status.
         """
         config = self._settings.current
@@ -197,7 +197,7 @@ class Registry:
         state.last_failed = False
         state.master = master
         state.lsn = lsn
-        state.reach = reach
+        state.replayed_through = replayed_through
         state.timeline = timeline
         state.lag_ms = 0 if master else lag_ms
         state.lag_bytes = 0 if master else lag_bytes
@@ -256,7 +256,7 @@ class Registry:
         if mirrored is not None:
             self._statuses = list(mirrored[0])
         else:
-            self._statuses = [s.status(i, config) for i, s in enumerate(self._states)]
+            self._statuses = [s.as_status(i, config) for i, s in enumerate(self._states)]
         before: list[HostStatus] = []
         old_master = None
         for i, st in enumerate(self._states):
@@ -313,7 +313,7 @@ class Registry:
     # -- publishing ------------------------------------------------------------
     def _publish_host(self, state: HostState) -> HostStatus:
         i = self._where[id(state)]
-        self._statuses[i] = state.status(i, self._settings.current)
+        self._statuses[i] = state.as_status(i, self._settings.current)
         self._publish(None, self.view.ready or all(s.checked for s in self._states),
                       select=True)
         return self._statuses[i]

@@ -256,11 +256,11 @@ class HostMonitor:
             lms = lag.lag_ms(obs, current, check_ok, obs.received)
             lb = lag.lag_bytes(obs, current if current is not None else last)
             lsn = obs.replay_lsn
-            reach = None if lsn is None else obs.past_header(lsn)
+            through = None if lsn is None else obs.past_header(lsn)
             position = None
         else:
-            lms, lb, lsn, reach = 0, 0, obs.wal_lsn, None
-            position = MasterPosition.from_observation(registry.index_of(st), obs)
+            lms, lb, lsn, through = 0, 0, obs.wal_lsn, None
+            position = MasterPosition.from_observation(obs)
         self._late_failures = 0
         self._limiter.on_success()
         if was_failing:
@@ -274,7 +274,8 @@ class HostMonitor:
             ms=round((obs.received - obs.started) * 1000),
         )
         registry.record_success(st, master=not obs.in_recovery, lsn=lsn, timeline=obs.timeline,
-                                lag_ms=lms, lag_bytes=lb, position=position, reach=reach)
+                                lag_ms=lms, lag_bytes=lb, position=position,
+                                replayed_through=through)
 
     def _record_failure(self, f: Failure, timed_out: bool, started: float) -> None:
         st = self.state

@@ -655,14 +655,14 @@ def test_round_robin_limit_forgets_but_stays_valid():
 
 def test_min_lsn_inside_a_page_header_is_met_at_the_page_start():
     """
-    A replica at a page boundary (``lsn``) whose ``reach`` is past that
+    A replica at a page boundary (``lsn``) whose ``replayed_through`` is past that
     page's header meets a ``min_lsn`` anywhere up to the header's end, and
-    no further; without ``reach`` its ``lsn`` decides.
+    no further; without ``replayed_through`` its ``lsn`` decides.
     """
     boundary = 0x4000000
     from dataclasses import replace
 
-    at = replace(replica(1, lsn=boundary), reach=boundary + 40)
+    at = replace(replica(1, lsn=boundary), replayed_through=boundary + 40)
     m = master(0)
     for pos in (boundary, boundary + 1, boundary + 40):
         assert replayed(at, pos)

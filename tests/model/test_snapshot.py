@@ -31,11 +31,11 @@ def config(**extra: str):
 def view(master: int | None = 0) -> View:
     hosts = (
         HostStatus(0, "m", "hub-dc", None, checked=True, reached=True, alive=True,
-                   master=True, lag_ms=0, lag_bytes=0, lsn=0x3000060, reach=0x3000060,
+                   master=True, lag_ms=0, lag_bytes=0, lsn=0x3000060, replayed_through=0x3000060,
                    timeline=2, sync_by_time=True, sync_by_bytes=True),
         HostStatus(1, "a", "hub-dc", None, checked=True, reached=True, alive=True,
                    possible_dead=True, lag_ms=12, lag_bytes=456, lsn=0x2FFFE98,
-                   reach=0x2FFFE98, timeline=2, sync_by_time=True, sync_by_bytes=True,
+                   replayed_through=0x2FFFE98, timeline=2, sync_by_time=True, sync_by_bytes=True,
                    sync_note="lag_ms 12 over 10"),
         HostStatus(2, "b", None, None, checked=True, reached=False, alive=False,
                    possible_dead=True),
@@ -51,7 +51,7 @@ def test_round_trip_keeps_measurements_and_takes_our_locality():
     for ours, theirs in zip(statuses, view().hosts, strict=True):
         assert (ours.dc, ours.geo) == (cfg.hosts[ours.index].dc, None)
         for field in ("checked", "reached", "alive", "possible_dead", "master", "lag_ms",
-                      "lag_bytes", "lsn", "reach", "timeline", "sync_by_time",
+                      "lag_bytes", "lsn", "replayed_through", "timeline", "sync_by_time",
                       "sync_by_bytes", "sync_note"):
             assert getattr(ours, field) == getattr(theirs, field), field
 
@@ -122,7 +122,7 @@ def test_registry_mirror_then_own_checks():
     # a position left from an earlier time of our own polling
     from pgstatus.monitor.lag import MasterPosition
 
-    stale = MasterPosition(host_index=0, lsn=123, unwritten=False, timeline=1,
+    stale = MasterPosition(lsn=123, unwritten=False, timeline=1,
                            check_started=0.0, clock_offset=0.0, accuracy=0.0)
     reg.record_success(reg.states[0], master=True, lsn=123, timeline=1, lag_ms=0, lag_bytes=0,
                        position=stale)

@@ -71,7 +71,7 @@ def position(
     A master position; by default its check started 500 ms before ``T``
     and its clock agrees with the local one.
     """
-    return MasterPosition(host_index=0, lsn=lsn, unwritten=unwritten, timeline=timeline,
+    return MasterPosition(lsn=lsn, unwritten=unwritten, timeline=timeline,
                           check_started=check_started, clock_offset=clock_offset,
                           accuracy=accuracy)
 
@@ -419,7 +419,7 @@ def test_master_position_unwritten(wal, insert, unwritten):
     ``unwritten`` is set when the insert position is ahead of the write
     position.
     """
-    pos = MasterPosition.from_observation(2, _master_obs(wal_lsn=wal, insert_lsn=insert))
+    pos = MasterPosition.from_observation(_master_obs(wal_lsn=wal, insert_lsn=insert))
     assert pos is not None
     assert pos.unwritten is unwritten
 
@@ -430,8 +430,8 @@ def test_master_position_fields():
     the master's clock offset and accuracy.
     """
     obs = _master_obs()
-    pos = MasterPosition.from_observation(2, obs)
-    assert pos == MasterPosition(host_index=2, lsn=5000, unwritten=False, timeline=4,
+    pos = MasterPosition.from_observation(obs)
+    assert pos == MasterPosition(lsn=5000, unwritten=False, timeline=4,
                                  check_started=T - 0.01, clock_offset=obs.clock_offset,
                                  accuracy=obs.accuracy)
     assert pos.clock_offset == pytest.approx(3.0)
@@ -442,7 +442,7 @@ def test_master_position_without_lsn():
     """
     An observation without ``pg_current_wal_lsn()`` gives no position.
     """
-    assert MasterPosition.from_observation(0, _master_obs(wal_lsn=None)) is None
+    assert MasterPosition.from_observation(_master_obs(wal_lsn=None)) is None
 
 
 def test_master_with_unwritten_wal_disables_bound_end_to_end():
@@ -451,11 +451,11 @@ def test_master_with_unwritten_wal_disables_bound_end_to_end():
     the master removes the bound.
     """
     now = T + 1.0
-    pos = MasterPosition.from_observation(0, _master_obs(wal_lsn=1000, insert_lsn=1100,
+    pos = MasterPosition.from_observation(_master_obs(wal_lsn=1000, insert_lsn=1100,
                                                          timeline=1))
     obs = _bounded_obs()
     assert lag_ms(obs, pos, True, now) == commit_age_ms(obs, pos)
-    pos = MasterPosition.from_observation(0, _master_obs(wal_lsn=1000, insert_lsn=1000,
+    pos = MasterPosition.from_observation(_master_obs(wal_lsn=1000, insert_lsn=1000,
                                                          timeline=1))
     assert lag_ms(obs, pos, True, now) < commit_age_ms(obs, pos)
 
@@ -531,19 +531,19 @@ def test_master_at_segment_start_has_no_unwritten_wal():
     replica at the boundary gets the bound.
     """
     geometry = dict(wal_block_size=BLOCK, wal_segment_size=SEGMENT)
-    pos = MasterPosition.from_observation(0, _master_obs(
+    pos = MasterPosition.from_observation(_master_obs(
         wal_lsn=SEG4, insert_lsn=SEG4 + 40, timeline=1, **geometry))
     assert pos.unwritten is False
     obs = Observation(started=T, sent=T, received=T + RTT, server_now=T + RTT / 2,
                       in_recovery=True, timeline=1, replay_lsn=SEG4, **geometry)
     assert lag_ms(obs, pos, True, T + 0.1) == round((T + 0.1 - pos.check_started) * 1000)
     # one byte of a record after the header is unwritten WAL
-    pos = MasterPosition.from_observation(0, _master_obs(
+    pos = MasterPosition.from_observation(_master_obs(
         wal_lsn=SEG4, insert_lsn=SEG4 + 41, timeline=1, **geometry))
     assert pos.unwritten is True
     assert lag_ms(obs, pos, True, T + 0.1) is None
     # without the geometry, nothing is discounted
-    pos = MasterPosition.from_observation(0, _master_obs(
+    pos = MasterPosition.from_observation(_master_obs(
         wal_lsn=SEG4, insert_lsn=SEG4 + 40, timeline=1))
     assert pos.unwritten is True
 
@@ -554,7 +554,7 @@ def test_master_position_at_page_boundary_matches_replica_past_header():
     as one position, whichever side has which.
     """
     geometry = dict(wal_block_size=BLOCK, wal_segment_size=SEGMENT)
-    pos = MasterPosition.from_observation(0, _master_obs(
+    pos = MasterPosition.from_observation(_master_obs(
         wal_lsn=SEG4 + BLOCK + 24, insert_lsn=SEG4 + BLOCK + 24, timeline=1, **geometry))
     obs = Observation(started=T, sent=T, received=T + RTT, server_now=T + RTT / 2,
                       in_recovery=True, timeline=1, replay_lsn=SEG4 + BLOCK, **geometry)

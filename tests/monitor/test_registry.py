@@ -41,10 +41,11 @@ def config(hosts: str = "m,a,b", max_fails: int = 3, **values: str):
 
 def pos(index: int, lsn: int = LSN, timeline: int | None = 1) -> MasterPosition:
     """
-    A master position of host ``index``.
+    A master position from a check of host ``index`` (the check's start
+    time tells the hosts' positions apart).
     """
-    return MasterPosition(host_index=index, lsn=lsn, unwritten=False, timeline=timeline,
-                          check_started=10.0, clock_offset=0.0, accuracy=0.001)
+    return MasterPosition(lsn=lsn, unwritten=False, timeline=timeline,
+                          check_started=10.0 + index, clock_offset=0.0, accuracy=0.001)
 
 
 class Host:
