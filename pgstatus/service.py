@@ -18,18 +18,20 @@ from twisted.logger import Logger
 from pgstatus import __version__
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config, ConfigError
+from pgstatus.http.answer import Response
 from pgstatus.http.api import StatusAPI
 from pgstatus.http.fastpath import FastSite
 from pgstatus.http.freshness import FreshReads
 from pgstatus.http.hub import Hub
-from pgstatus.http.responses import Renderer, Response
+from pgstatus.http.responses import Renderer
 from pgstatus.listening import ListenerService
 from pgstatus.logging.observers import LevelFilter
 from pgstatus.logging.twistd import factory_observer, install_observer
 from pgstatus.memory import HeapTrimmer, settle
 from pgstatus.model.stats import FollowStats, HostCounters
 from pgstatus.model.status import View
-from pgstatus.monitor.scheduler import MIN_EXTRA_INTERVAL, MonitorService, Probe
+from pgstatus.monitor.scheduler import MIN_EXTRA_INTERVAL, Probe
+from pgstatus.monitor.service import MonitorService
 from pgstatus.stopsignals import install_stop_signals
 
 # Imported where used, so a service that does not use them does not load

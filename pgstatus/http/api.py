@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pgstatus.http.responses import Renderer, Response
+from pgstatus.http.answer import Response
+from pgstatus.http.responses import Renderer
 from pgstatus.model.status import View
 
 if TYPE_CHECKING:

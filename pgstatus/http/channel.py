@@ -19,8 +19,9 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from pgstatus.http.answer import EMPTY_404, Response
 from pgstatus.http.params import wants_json
-from pgstatus.http.responses import EMPTY_404, Renderer, Response
+from pgstatus.http.responses import Renderer
 from pgstatus.http.transport import DIRECT, NODELAY_INHERITED, Connection
 from pgstatus.http.wire import (
     FALLBACK,

@@ -20,7 +20,7 @@ from pgstatus.model.selection import Filters
 from pgstatus.model.status import HostStatus, View
 
 if TYPE_CHECKING:
-    from pgstatus.http.responses import Response
+    from pgstatus.http.answer import Response
 
 #: plans kept per view for each memo of plans (distinct queries beyond are
 #: planned for every request, which is correct, only slower)

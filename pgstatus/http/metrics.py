@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from pgstatus.http.responses import Renderer, Response
+from pgstatus.http.answer import Response
+from pgstatus.http.responses import Renderer
 from pgstatus.model.stats import BUCKETS, FollowStats, StatsSource
 from pgstatus.model.status import View
 

@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from pgstatus import __version__
-from pgstatus.http.responses import JSON, Response
+from pgstatus.http.answer import JSON, Response
 from pgstatus.http.schemas import (
     _MOST_SYNC_PARAMS,
     _REPLICA_PARAMS,

@@ -10,9 +10,7 @@ module, so they cannot disagree.  Work that depends only on the view
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -20,6 +18,18 @@ from twisted.logger import Logger
 
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config
+from pgstatus.http.answer import (
+    EMPTY_404,
+    NO_HOST_JSON,
+    NO_STATUS_HOST,
+    NOT_READY,
+    OK,
+    Response,
+    error,
+    host_json,
+    json_response,
+    text,
+)
 from pgstatus.http.freshness import FreshReads
 from pgstatus.http.memo import MAX_GROUPS, MAX_PLANS, ViewMemo
 from pgstatus.http.params import (
@@ -34,9 +44,10 @@ from pgstatus.model.selection import (
     Locality,
     RoundRobin,
     candidates,
+    fallback_reason,
     local_group,
-    matches,
     most_sync,
+    rendezvous,
     replayed,
     with_floor,
 )
@@ -44,55 +55,6 @@ from pgstatus.model.status import HostStatus, View
 
 log = Logger(namespace="pgstatus.http")
 selection_log = Logger(namespace="pgstatus.selection")
-
-TEXT = b"text/plain; charset=utf-8"
-JSON = b"application/json"
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    """
-    An HTTP answer: status code, ``Content-Type`` (``None`` for an empty
-    body) and body.
-    """
-
-    status: int
-    content_type: bytes | None
-    body: bytes
-
-    # Hash by identity (C speed): responses are memoised objects, and the
-    # HTTP layer's per-response caches only need identity; equality still
-    # compares the fields.
-    __hash__ = object.__hash__
-
-
-def json_response(status: int, obj: object) -> Response:
-    """
-    A JSON response.
-    """
-    return Response(status, JSON, json.dumps(obj).encode())
-
-
-def error(status: int, text: str) -> Response:
-    """
-    ``{"error_text": text}`` with ``status``.
-    """
-    return json_response(status, {"error_text": text})
-
-
-def text(body: str, status: int = 200) -> Response:
-    """
-    A plain-text response.
-    """
-    return Response(status, TEXT, body.encode())
-
-
-EMPTY_404 = Response(404, None, b"")
-EMPTY_405 = Response(405, None, b"")
-NOT_READY = error(503, "pg_monitor is not ready")
-OK = text("OK")
-NO_HOST_JSON = json_response(404, {"host": None, "dc": None, "geo": None})
-NO_STATUS_HOST = error(400, "Get parameter 'host' wasn't passed")
 
 #: plan marker: wait for a replica to catch up
 _WAIT = object()
@@ -118,66 +80,6 @@ def _log_fallback(route: str, reason: str) -> None:
     """
     selection_log.debug("master returned instead of replica context={context}",
                         context=f"route=/{route} reason={reason}")
-
-
-def fallback_reason(view: View, f: Filters) -> str:
-    """
-    Why no replica qualifies: ``no_replica`` (none alive), ``lag`` (none
-    within the lag limits), ``timeline`` or ``min_lsn``.
-    """
-    replicas = [h for h in view.hosts if h.alive and not h.master]
-    if not replicas:
-        return "no_replica"
-    lag_only = Filters(f.lag_ms, f.lag_bytes, f.mode)
-    within = [h for h in replicas if matches(h, lag_only, view.master)]
-    if not within:
-        return "lag"
-    if f.timeline is not None and not any(
-            matches(h, Filters(timeline=f.timeline), view.master) for h in within):
-        return "timeline"
-    return "min_lsn"
-
-
-def rendezvous(group: tuple[HostStatus, ...], key: str) -> HostStatus:
-    """
-    The member of ``group`` with the highest hash of ``(key, host name)``
-    (rendezvous hashing): a session keeps its replica while that replica
-    stays eligible, and when the group changes only the sessions of the
-    replicas that left or joined move.
-    """
-    from hashlib import blake2b  # only sticky requests use it (and OpenSSL's bindings)
-
-    best, best_score = group[0], b""
-    k = key.encode("utf-8", "surrogatepass")
-    for h in group:
-        score = blake2b(k + b"\0" + h.name.encode("utf-8", "surrogatepass"),
-                                digest_size=8).digest()
-        if score > best_score:
-            best, best_score = h, score
-    return best
-
-
-def host_json(h: HostStatus, with_name: bool = True, extras: bool = False) -> dict:
-    """
-    One host as ``/hosts`` and ``/status`` show it.
-
-    :param extras: add ``sync_note`` (why a replica is out of the sync
-        set), only when hysteresis or a serving floor is configured.
-    """
-    d: dict = {"host": h.name} if with_name else {}
-    d["dc"] = h.dc
-    d["geo"] = h.geo
-    d["master"] = h.master
-    d["alive"] = h.alive
-    d["possible_dead"] = h.possible_dead
-    d["lag_ms"] = h.lag_ms
-    d["sync_by_time"] = h.sync_by_time
-    d["lag_bytes"] = h.lag_bytes
-    d["sync_by_bytes"] = h.sync_by_bytes
-    d["lsn"] = None if h.lsn is None else format_lsn(h.lsn)
-    if extras:
-        d["sync_note"] = h.sync_note
-    return d
 
 
 class Renderer:

@@ -21,9 +21,9 @@ from twisted.web.iweb import IRequest
 from twisted.web.server import Request
 from werkzeug.exceptions import MethodNotAllowed, NotFound
 
+from pgstatus.http.answer import EMPTY_404, EMPTY_405, NOT_READY, Response, error, text
 from pgstatus.http.openapi import RESPONSE as OPENAPI
 from pgstatus.http.params import REPLICA_ROUTES, wants_json
-from pgstatus.http.responses import EMPTY_404, EMPTY_405, NOT_READY, Response, error, text
 
 #: the handlers' ``api`` is the :class:`~pgstatus.http.api.StatusAPI` the app
 #: is read through (not imported here: api imports this module at first use)

@@ -16,8 +16,8 @@ import time
 from http import HTTPStatus
 from typing import Any
 
+from pgstatus.http.answer import Response
 from pgstatus.http.params import REPLICA_ROUTES
-from pgstatus.http.responses import Response
 from twisted import copyright
 
 #: most bytes of memoised response bytes (and the responses they belong to)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from pgstatus.model.status import HostStatus
+    from pgstatus.model.status import HostStatus, View
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,3 +218,40 @@ class RoundRobin:
             n = 0
         self._next[key] = (n + 1) % size
         return n
+
+
+def fallback_reason(view: View, f: Filters) -> str:
+    """
+    Why no replica qualifies: ``no_replica`` (none alive), ``lag`` (none
+    within the lag limits), ``timeline`` or ``min_lsn``.
+    """
+    replicas = [h for h in view.hosts if h.alive and not h.master]
+    if not replicas:
+        return "no_replica"
+    lag_only = Filters(f.lag_ms, f.lag_bytes, f.mode)
+    within = [h for h in replicas if matches(h, lag_only, view.master)]
+    if not within:
+        return "lag"
+    if f.timeline is not None and not any(
+            matches(h, Filters(timeline=f.timeline), view.master) for h in within):
+        return "timeline"
+    return "min_lsn"
+
+
+def rendezvous(group: tuple[HostStatus, ...], key: str) -> HostStatus:
+    """
+    The member of ``group`` with the highest hash of ``(key, host name)``
+    (rendezvous hashing): a session keeps its replica while that replica
+    stays eligible, and when the group changes only the sessions of the
+    replicas that left or joined move.
+    """
+    from hashlib import blake2b  # only sticky requests use it (and OpenSSL's bindings)
+
+    best, best_score = group[0], b""
+    k = key.encode("utf-8", "surrogatepass")
+    for h in group:
+        score = blake2b(k + b"\0" + h.name.encode("utf-8", "surrogatepass"),
+                                digest_size=8).digest()
+        if score > best_score:
+            best, best_score = h, score
+    return best

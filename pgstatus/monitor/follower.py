@@ -41,7 +41,8 @@ from pgstatus.config.settings import Config
 from pgstatus.model.snapshot import SnapshotError, decode
 from pgstatus.model.stats import FollowStats
 from pgstatus.model.status import HostStatus
-from pgstatus.monitor.scheduler import MIN_EXTRA_INTERVAL, MonitorService
+from pgstatus.monitor.scheduler import MIN_EXTRA_INTERVAL
+from pgstatus.monitor.service import MonitorService
 
 log = Logger(namespace="pgstatus.follow")
 

@@ -234,7 +234,7 @@ def test_wire_memo_is_bounded_by_bytes():
     Per-check responses (/hosts, /status) must not pile up in the memo of
     response bytes: it holds at most its byte budget.
     """
-    from pgstatus.http.responses import Response
+    from pgstatus.http.answer import Response
     from pgstatus.http.wire import Wire
 
     wire = Wire(max_bytes=100_000)

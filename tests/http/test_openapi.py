@@ -34,6 +34,7 @@ from twisted.internet.protocol import Protocol
 from twisted.web.client import Agent, HTTPConnectionPool
 
 from pgstatus.http import openapi
+from pgstatus.http.answer import host_json
 from pgstatus.http.api import StatusAPI
 from pgstatus.http.openapi import DOCUMENT, OTHER_METHODS
 from pgstatus.http.params import (
@@ -45,7 +46,6 @@ from pgstatus.http.params import (
     parse_timeline,
     parse_wait,
 )
-from pgstatus.http.responses import host_json
 from pgstatus.model.status import HostStatus
 from service import RunningService, wait_until
 

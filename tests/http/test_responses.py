@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from pgstatus.config.environ import load_config
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import HostConfig
+from pgstatus.http.answer import JSON, TEXT, Response
 from pgstatus.http.params import (
     REPLICA_ROUTES,
     BadParameter,
@@ -28,7 +29,7 @@ from pgstatus.http.params import (
     parse_timeline,
     wants_json,
 )
-from pgstatus.http.responses import JSON, TEXT, Renderer, Response
+from pgstatus.http.responses import Renderer
 from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
 from pgstatus.monitor.registry import Registry

@@ -10,8 +10,8 @@ import pytest_twisted
 
 from pgstatus.config.environ import load_config
 from pgstatus.config.provider import ConfigProvider
-from pgstatus.http.responses import Renderer, rendezvous
-from pgstatus.model.selection import select_master
+from pgstatus.http.responses import Renderer
+from pgstatus.model.selection import rendezvous, select_master
 from pgstatus.model.status import HostStatus, View
 from service import RunningService, blocking, wait_until
 

@@ -13,7 +13,7 @@ from twisted.internet.task import Clock
 from pgstatus.config.environ import load_config
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.monitor.probe import CheckFailed
-from pgstatus.monitor.scheduler import MonitorService
+from pgstatus.monitor.service import MonitorService
 from pgstatus.monitor.turns import AUTH_PAUSE, ConnectTurns, Deadline
 
 #: the original service's poll-error lines, under one rate limit
