@@ -25,11 +25,10 @@ stays local.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -41,6 +40,7 @@ from pgstatus.config.settings import Config
 from pgstatus.model.snapshot import SnapshotError, decode
 from pgstatus.model.stats import FollowStats
 from pgstatus.model.status import HostStatus
+from pgstatus.monitor.httpbody import body_producer, discard_body, parse_event, read_body
 from pgstatus.monitor.scheduler import MIN_EXTRA_INTERVAL
 from pgstatus.monitor.service import MonitorService
 
@@ -84,68 +84,11 @@ class _EventStream(Protocol):
 
     def stop(self) -> None:
         if self.transport is not None:
-            _body_producer(self).stopProducing()
+            body_producer(self).stopProducing()
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.closed.callback(None)
         self.follower._stream_ended(self)
-
-
-class _Body(Protocol):
-    """
-    Collects a short response body (the first 4 KiB).
-    """
-
-    def __init__(self) -> None:
-        self.data = b""
-        self.done: Deferred[bytes] = Deferred()
-
-    def dataReceived(self, data: bytes) -> None:
-        if len(self.data) < 4096:
-            self.data += data[:4096 - len(self.data)]
-
-    def connectionLost(self, reason: Failure = connectionDone) -> None:
-        self.done.callback(self.data)
-
-
-class _Discard(Protocol):
-    """
-    Closes a response's body unread.
-    """
-
-    def connectionMade(self) -> None:
-        _body_producer(self).stopProducing()
-
-
-def _body_producer(body: Protocol) -> IPushProducer:
-    """
-    The transport of a response's body protocol: the response's producer
-    (twisted.web's ``TransportProxyProducer``), which the ``transport``
-    attribute, typed for connections, does not declare.
-    """
-    return cast(IPushProducer, body.transport)
-
-
-def read_body(response: Any) -> Deferred[bytes]:
-    """
-    The (start of the) body of a short ``response``.
-    """
-    body = _Body()
-    response.deliverBody(body)
-    return body.done
-
-
-def parse_event(frame: bytes) -> tuple[str, bytes]:
-    """
-    ``(event, data)`` of one Server-Sent Events frame.
-    """
-    event, data = "message", []
-    for line in frame.split(b"\n"):
-        if line.startswith(b"event:"):
-            event = line[6:].strip().decode("ascii", "replace")
-        elif line.startswith(b"data:"):
-            data.append(line[5:].lstrip(b" "))
-    return event, b"\n".join(data)
 
 
 class FollowerService(Service):
@@ -304,7 +247,7 @@ class FollowerService(Service):
     def _response(self, response: Any, hub: str, d: Deferred[Any]) -> None:
         if d is not self._request:
             # an attempt given up (_abort) that answered after all
-            response.deliverBody(_Discard())
+            discard_body(response)
             return
         self._request = None
         if response.code != 200:

@@ -16,7 +16,7 @@ from pgstatus.config.environ import load_config
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.model.snapshot import SnapshotError, decode, encode
 from pgstatus.model.status import HostStatus, View
-from pgstatus.monitor.follower import parse_event
+from pgstatus.monitor.httpbody import parse_event
 from pgstatus.monitor.registry import Registry
 
 P = "pg_status__"
