@@ -30,20 +30,20 @@ from collections.abc import Mapping
 
 from pgstatus.config.files import read_password_file
 from pgstatus.config.settings import (
-    _DEFAULT_PG_PORT,
-    _ENV_NAME_RE,
-    _INT_MAX,
-    _INT_RE,
-    _LOG_FORMATS,
-    _LOG_LEVELS,
+    DEFAULT_PG_PORT,
+    ENV_NAME_RE,
+    INT_MAX,
+    INT_RE,
+    LOG_FORMATS,
+    LOG_LEVELS,
     PREFIX,
     Config,
     ConfigError,
     HostConfig,
-    _check_no_nul,
-    _raw,
-    _shown,
-    _stripped,
+    check_no_nul,
+    raw_value,
+    shown_value,
+    stripped,
 )
 
 
@@ -58,16 +58,17 @@ def _parse_int(variable: str, text: str, lo: int, hi: int, expected: str) -> int
     :param expected: description such as ``"an integer greater than 0"``.
     :raises ConfigError: when the value is not plain digits or out of range.
     """
-    if not _INT_RE.fullmatch(text):
-        raise ConfigError(variable, f"must be {expected}, got {_shown(text)}")
+    if not INT_RE.fullmatch(text):
+        raise ConfigError(variable, f"must be {expected}, got {shown_value(text)}")
     # Check the length before int(): huge digit strings are slow to convert
     # and may exceed Python's int conversion limit.
     significant = text.lstrip("0")
-    if len(significant) > len(str(_INT_MAX)) or (significant and int(significant) > _INT_MAX):
-        raise ConfigError(variable, f"must be {expected}, got {_shown(text)}, which is too large")
+    if len(significant) > len(str(INT_MAX)) or (significant and int(significant) > INT_MAX):
+        raise ConfigError(variable,
+                          f"must be {expected}, got {shown_value(text)}, which is too large")
     value = int(text)
     if value < lo or value > hi:
-        raise ConfigError(variable, f"must be {expected}, got {_shown(text)}")
+        raise ConfigError(variable, f"must be {expected}, got {shown_value(text)}")
     return value
 
 
@@ -76,21 +77,21 @@ def _parse_int(variable: str, text: str, lo: int, hi: int, expected: str) -> int
 
 # name -> (minimum, maximum, expected-description); defaults live on Config.
 _INT_SETTINGS: dict[str, tuple[int, int, str]] = {
-    "max_fails": (1, _INT_MAX, "an integer of at least 1"),
-    "sleep_ms": (1, _INT_MAX, "an integer greater than 0"),
-    "query_timeout_ms": (1, _INT_MAX, "an integer greater than 0"),
-    "conn_max_age_ms": (1, _INT_MAX, "an integer greater than 0"),
-    "poll_error_log_interval_ms": (0, _INT_MAX, "a non-negative integer"),
-    "sync_max_lag_ms": (0, _INT_MAX, "a non-negative integer"),
-    "sync_max_lag_bytes": (0, _INT_MAX, "a non-negative integer"),
+    "max_fails": (1, INT_MAX, "an integer of at least 1"),
+    "sleep_ms": (1, INT_MAX, "an integer greater than 0"),
+    "query_timeout_ms": (1, INT_MAX, "an integer greater than 0"),
+    "conn_max_age_ms": (1, INT_MAX, "an integer greater than 0"),
+    "poll_error_log_interval_ms": (0, INT_MAX, "a non-negative integer"),
+    "sync_max_lag_ms": (0, INT_MAX, "a non-negative integer"),
+    "sync_max_lag_bytes": (0, INT_MAX, "a non-negative integer"),
     "http_port": (0, 65535, "an integer from 0 to 65535"),
     "min_lsn_wait_ms": (0, 60000, "an integer from 0 to 60000"),
     "http_max_connections": (1, 1000000, "an integer from 1 to 1000000"),
-    "http_idle_timeout_ms": (1, _INT_MAX, "an integer greater than 0"),
-    "http_header_timeout_ms": (1, _INT_MAX, "an integer greater than 0"),
+    "http_idle_timeout_ms": (1, INT_MAX, "an integer greater than 0"),
+    "http_header_timeout_ms": (1, INT_MAX, "an integer greater than 0"),
     "sync_evict_after_checks": (0, 1000000, "an integer from 0 to 1000000"),
-    "sync_reenter_lag_ms": (0, _INT_MAX, "a non-negative integer"),
-    "sync_reenter_lag_bytes": (0, _INT_MAX, "a non-negative integer"),
+    "sync_reenter_lag_ms": (0, INT_MAX, "a non-negative integer"),
+    "sync_reenter_lag_bytes": (0, INT_MAX, "a non-negative integer"),
     "min_serving_replicas": (0, 1000000, "an integer from 0 to 1000000"),
     "agent_port": (0, 65535, "an integer from 0 to 65535 (0: off)"),
     "follow_timeout_ms": (2000, 3600000, "an integer from 2000 to 3600000"),
@@ -105,7 +106,7 @@ def _parse_follow(environ: Mapping[str, str]) -> tuple[str, ...]:
     base URLs of hubs, without a trailing slash.
     """
     variable = PREFIX + "follow"
-    text = _stripped(environ, "follow")
+    text = stripped(environ, "follow")
     if text is None:
         return ()
     urls = []
@@ -116,16 +117,16 @@ def _parse_follow(environ: Mapping[str, str]) -> tuple[str, ...]:
             raise ConfigError(
                 variable,
                 f"entry {position} must be a base URL like http://pg-status-hub:8000 "
-                f"(plain http), got {_shown(part.strip())}")
+                f"(plain http), got {shown_value(part.strip())}")
         if url in urls:
-            raise ConfigError(variable, f"names {_shown(url)} twice")
+            raise ConfigError(variable, f"names {shown_value(url)} twice")
         urls.append(url)
     return tuple(urls)
 
 
 def _parse_hosts(environ: Mapping[str, str]) -> list[str]:
     variable = PREFIX + "hosts"
-    text = _stripped(environ, "hosts")
+    text = stripped(environ, "hosts")
     if text is None:
         raise ConfigError(variable, "is required: a comma-separated list of PostgreSQL hosts")
     names = [part.strip() for part in text.split(",")]
@@ -134,28 +135,28 @@ def _parse_hosts(environ: Mapping[str, str]) -> list[str]:
             raise ConfigError(
                 variable,
                 f"entry {position} of {len(names)} is empty; "
-                f"expected a comma-separated list of host names, got {_shown(text)}",
+                f"expected a comma-separated list of host names, got {shown_value(text)}",
             )
-        _check_no_nul(variable, name)
+        check_no_nul(variable, name)
     return names
 
 
 def _parse_ports(environ: Mapping[str, str], host_count: int) -> list[int]:
     variable = PREFIX + "pg_port"
-    text = _stripped(environ, "pg_port")
+    text = stripped(environ, "pg_port")
     if text is None:
-        return [_DEFAULT_PG_PORT] * host_count
+        return [DEFAULT_PG_PORT] * host_count
     parts = [part.strip() for part in text.split(",")]
     if len(parts) != 1 and len(parts) != host_count:
         raise ConfigError(
             variable,
             f"expected one port for all hosts or {host_count} comma-separated ports "
-            f"(one per entry of {PREFIX}hosts), got {len(parts)}: {_shown(text)}",
+            f"(one per entry of {PREFIX}hosts), got {len(parts)}: {shown_value(text)}",
         )
     ports = []
     for part in parts:
         if not part:
-            raise ConfigError(variable, f"contains an empty port entry, got {_shown(text)}")
+            raise ConfigError(variable, f"contains an empty port entry, got {shown_value(text)}")
         ports.append(_parse_int(variable, part, 1, 65535, "a port from 1 to 65535"))
     if len(ports) == 1:
         ports = ports * host_count
@@ -164,10 +165,10 @@ def _parse_ports(environ: Mapping[str, str], host_count: int) -> list[int]:
 
 def _parse_locality_list(environ: Mapping[str, str], name: str) -> list[str | None] | None:
     """Per-host values of ``hosts_dc``/``hosts_geo``; ``None`` if not set."""
-    text = _stripped(environ, name)
+    text = stripped(environ, name)
     if text is None:
         return None
-    _check_no_nul(PREFIX + name, text)
+    check_no_nul(PREFIX + name, text)
     return [part.strip() or None for part in text.split(",")]
 
 
@@ -184,16 +185,16 @@ def _resolve_current(environ: Mapping[str, str], name: str) -> tuple[str | None,
         set (used in warnings).
     """
     env_variable = PREFIX + name + "_env"
-    ref = _stripped(environ, name + "_env")
-    if ref is not None and not _ENV_NAME_RE.fullmatch(ref):
+    ref = stripped(environ, name + "_env")
+    if ref is not None and not ENV_NAME_RE.fullmatch(ref):
         raise ConfigError(
             env_variable,
             "must be the name of an environment variable matching "
-            f"[A-Za-z_][A-Za-z0-9_]*, got {_shown(ref)}",
+            f"[A-Za-z_][A-Za-z0-9_]*, got {shown_value(ref)}",
         )
-    direct = _stripped(environ, name)
+    direct = stripped(environ, name)
     if direct is not None:
-        _check_no_nul(PREFIX + name, direct)
+        check_no_nul(PREFIX + name, direct)
         return direct, ref
     if ref is None:
         return None, None
@@ -259,7 +260,7 @@ def _locality(
 
 def _parse_listen_address(environ: Mapping[str, str]) -> str:
     variable = PREFIX + "http_listen_address"
-    text = _stripped(environ, "http_listen_address")
+    text = stripped(environ, "http_listen_address")
     if text is None:
         return "0.0.0.0"
     if text == "*":
@@ -272,41 +273,41 @@ def _parse_listen_address(environ: Mapping[str, str]) -> str:
     try:
         address = ipaddress.ip_address(candidate)
     except ValueError:
-        raise ConfigError(variable, f"{expected}, got {_shown(text)}") from None
+        raise ConfigError(variable, f"{expected}, got {shown_value(text)}") from None
     if bracketed and address.version != 6:
-        raise ConfigError(variable, f"{expected}, got {_shown(text)}")
+        raise ConfigError(variable, f"{expected}, got {shown_value(text)}")
     # Keep the literal as written (without brackets) for listening and logs.
     return candidate
 
 
 def _parse_log_level(environ: Mapping[str, str]) -> str:
-    text = _stripped(environ, "log_level")
+    text = stripped(environ, "log_level")
     if text is None:
         return "info"
-    level = _LOG_LEVELS.get(text.lower())
+    level = LOG_LEVELS.get(text.lower())
     if level is None:
         raise ConfigError(
             PREFIX + "log_level",
-            f"must be one of debug, info, warning (or warn), error, fatal, got {_shown(text)}",
+            f"must be one of debug, info, warning (or warn), error, fatal, got {shown_value(text)}",
         )
     return level
 
 
 def _parse_log_format(environ: Mapping[str, str]) -> str:
-    text = _stripped(environ, "log_format")
+    text = stripped(environ, "log_format")
     if text is None:
         return "text"
     fmt = text.lower()
-    if fmt not in _LOG_FORMATS:
-        raise ConfigError(PREFIX + "log_format", f"must be text or json, got {_shown(text)}")
+    if fmt not in LOG_FORMATS:
+        raise ConfigError(PREFIX + "log_format", f"must be text or json, got {shown_value(text)}")
     return fmt
 
 
 def _parse_text(environ: Mapping[str, str], name: str, default: str) -> str:
-    value = _raw(environ, name)
+    value = raw_value(environ, name)
     if value is None:
         return default
-    _check_no_nul(PREFIX + name, value)
+    check_no_nul(PREFIX + name, value)
     return value
 
 
@@ -332,7 +333,7 @@ def load_config(environ: Mapping[str, str]) -> Config:
     pg_user = _parse_text(environ, "pg_user", "postgres")
     pg_database = _parse_text(environ, "pg_database", "postgres")
     pg_password = environ.get(PREFIX + "pg_password")
-    password_file = _stripped(environ, "pg_password_file")
+    password_file = stripped(environ, "pg_password_file")
     if password_file is not None:
         if pg_password is not None:
             raise ConfigError(PREFIX + "pg_password_file",
@@ -340,7 +341,7 @@ def load_config(environ: Mapping[str, str]) -> Config:
         pg_password = read_password_file(password_file)
     if pg_password is None:
         pg_password = "postgres"
-    _check_no_nul(PREFIX + "pg_password", pg_password, secret=True)
+    check_no_nul(PREFIX + "pg_password", pg_password, secret=True)
 
     dcs, current_dc, use_dc, dc_warning = _locality(environ, "dc", "DC", host_names)
     geos, current_geo, use_geo, geo_warning = _locality(environ, "geo", "Geo", host_names)
@@ -348,7 +349,7 @@ def load_config(environ: Mapping[str, str]) -> Config:
 
     numbers = {}
     for name, (lo, hi, expected) in _INT_SETTINGS.items():
-        text = _stripped(environ, name)
+        text = stripped(environ, name)
         if text is not None:
             numbers[name] = _parse_int(PREFIX + name, text, lo, hi, expected)
 

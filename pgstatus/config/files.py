@@ -13,11 +13,11 @@ import stat
 from collections.abc import Mapping
 
 from pgstatus.config.settings import (
-    _ENV_NAME_RE,
+    ENV_NAME_RE,
     PREFIX,
     ConfigError,
-    _check_no_nul,
-    _stripped,
+    check_no_nul,
+    stripped,
 )
 
 
@@ -52,7 +52,7 @@ def read_password_file(path: str) -> str:
         text = text[:-2]
     elif text.endswith("\n"):
         text = text[:-1]
-    _check_no_nul(variable, text, secret=True)
+    check_no_nul(variable, text, secret=True)
     return text
 
 
@@ -77,9 +77,9 @@ def env_file_path(environ: Mapping[str, str]) -> str | None:
 
     :raises ConfigError: the value contains a NUL character.
     """
-    path = _stripped(environ, "env_file")
+    path = stripped(environ, "env_file")
     if path is not None:
-        _check_no_nul(ENV_FILE, path)
+        check_no_nul(ENV_FILE, path)
     return path
 
 
@@ -106,7 +106,7 @@ def parse_env_file(text: str, path: str = "<env file>") -> dict[str, str]:
             line = line[m.end():]
         name, sep, value = line.partition("=")
         name = name.strip()
-        if not sep or not _ENV_NAME_RE.fullmatch(name):
+        if not sep or not ENV_NAME_RE.fullmatch(name):
             raise ConfigError(ENV_FILE, f"{path} line {number}: expected NAME=value")
         value = value.strip()
         if value[:1] in ("'", '"'):

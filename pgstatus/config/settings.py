@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 #: Prefix of every pg-status environment variable.
 PREFIX = "pg_status__"
 
-_INT_MAX = 2**63 - 1
-_INT_RE = re.compile(r"[0-9]+")
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+INT_MAX = 2**63 - 1
+INT_RE = re.compile(r"[0-9]+")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_SHOWN = 64
 
-_LOG_LEVELS = {
+LOG_LEVELS = {
     "debug": "debug",
     "info": "info",
     "warning": "warning",
@@ -27,9 +27,9 @@ _LOG_LEVELS = {
     "error": "error",
     "fatal": "fatal",
 }
-_LOG_FORMATS = ("text", "json")
+LOG_FORMATS = ("text", "json")
 
-_DEFAULT_PG_PORT = 5432
+DEFAULT_PG_PORT = 5432
 
 
 class ConfigError(Exception):
@@ -216,14 +216,14 @@ def _bool_text(value: bool) -> str:
 # Low-level helpers
 
 
-def _shown(value: str) -> str:
+def shown_value(value: str) -> str:
     """Quote a (non-secret) value for an error message, shortened if long."""
     if len(value) > _MAX_SHOWN:
         value = value[: _MAX_SHOWN - 3] + "..."
     return repr(value)
 
 
-def _raw(environ: Mapping[str, str], name: str) -> str | None:
+def raw_value(environ: Mapping[str, str], name: str) -> str | None:
     """The raw value of ``pg_status__<name>``, ``None`` if absent or empty."""
     value = environ.get(PREFIX + name)
     if value is None or value == "":
@@ -231,7 +231,7 @@ def _raw(environ: Mapping[str, str], name: str) -> str | None:
     return value
 
 
-def _stripped(environ: Mapping[str, str], name: str) -> str | None:
+def stripped(environ: Mapping[str, str], name: str) -> str | None:
     """The stripped value of ``pg_status__<name>``, ``None`` if absent or blank."""
     value = environ.get(PREFIX + name)
     if value is None:
@@ -240,8 +240,8 @@ def _stripped(environ: Mapping[str, str], name: str) -> str | None:
     return value or None
 
 
-def _check_no_nul(variable: str, value: str, secret: bool = False) -> None:
+def check_no_nul(variable: str, value: str, secret: bool = False) -> None:
     if "\x00" in value:
         if secret:
             raise ConfigError(variable, "must not contain a NUL character")
-        raise ConfigError(variable, f"must not contain a NUL character, got {_shown(value)}")
+        raise ConfigError(variable, f"must not contain a NUL character, got {shown_value(value)}")

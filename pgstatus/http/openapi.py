@@ -21,16 +21,16 @@ from typing import Any
 from pgstatus import __version__
 from pgstatus.http.answer import JSON, Response
 from pgstatus.http.schemas import (
-    _MOST_SYNC_PARAMS,
-    _REPLICA_PARAMS,
     APPLICATION_JSON,
+    MOST_SYNC_PARAMS,
     PARAMETERS,
+    REPLICA_PARAMS,
     RESPONSES,
     SCHEMAS,
     TEXT,
-    _error,
-    _json,
-    _ref,
+    error_schema,
+    json_content,
+    schema_ref,
 )
 
 #: the methods answered; every other one gets 405
@@ -51,25 +51,25 @@ def _selection_responses(params: tuple[str, ...]) -> dict[str, Any]:
             "description": "The chosen host: its name as plain text, or, when `Accept` lists "
                            "`application/json`, a JSON object with its locality.",
             "content": {
-                TEXT: {"schema": _ref("schemas", "HostName"), "example": "host-2"},
-                APPLICATION_JSON: {"schema": _ref("schemas", "HostChoice")},
+                TEXT: {"schema": schema_ref("schemas", "HostName"), "example": "host-2"},
+                APPLICATION_JSON: {"schema": schema_ref("schemas", "HostChoice")},
             },
         },
         "404": {
             "description": "No host fits and there is no master: an empty body without "
                            "Content-Type, or, when `Accept` lists `application/json`, "
                            "`{\"host\": null, \"dc\": null, \"geo\": null}`.",
-            "content": _json(_ref("schemas", "NoHost")),
+            "content": json_content(schema_ref("schemas", "NoHost")),
             "x-empty-body": True,
         },
-        "503": _ref("responses", "NotReady"),
-        "500": _ref("responses", "InternalError"),
+        "503": schema_ref("responses", "NotReady"),
+        "500": schema_ref("responses", "InternalError"),
     }
     if params:
         out["400"] = {
             "description": "An invalid parameter value; the first invalid one in the order "
                            + ", ".join(f"`{p}`" for p in params) + " is named.",
-            "content": _json(_error(*(f"Invalid {p}" for p in params))),
+            "content": json_content(error_schema(*(f"Invalid {p}" for p in params))),
         }
     return dict(sorted(out.items()))
 
@@ -91,39 +91,39 @@ _ENDPOINTS: dict[str, tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = {
         "A live replica matching the optional limits, by locality preference and "
         "round-robin (or `key`); healthy replicas before possibly dead ones. Without "
         "limits any live replica. When none matches: the master.",
-        _REPLICA_PARAMS, _selection_responses(_REPLICA_PARAMS),
+        REPLICA_PARAMS, _selection_responses(REPLICA_PARAMS),
     ),
     "/sync_by_time": (
         "selection", "A replica within the time lag limit",
         "A replica with `lag_ms` within `lag_ms` (default `pg_status__sync_max_lag_ms`), "
         "by locality preference and round-robin (or `key`); otherwise the master.",
-        _REPLICA_PARAMS, _selection_responses(_REPLICA_PARAMS),
+        REPLICA_PARAMS, _selection_responses(REPLICA_PARAMS),
     ),
     "/sync_by_bytes": (
         "selection", "A replica within the byte lag limit",
         "A replica with `lag_bytes` within `lag_bytes` (default "
         "`pg_status__sync_max_lag_bytes`), by locality preference and round-robin (or `key`); "
         "otherwise the master.",
-        _REPLICA_PARAMS, _selection_responses(_REPLICA_PARAMS),
+        REPLICA_PARAMS, _selection_responses(REPLICA_PARAMS),
     ),
     "/sync_by_time_or_bytes": (
         "selection", "A replica within either lag limit",
         "A replica within the time or the byte limit (defaults: the global thresholds), "
         "by locality preference and round-robin (or `key`); otherwise the master.",
-        _REPLICA_PARAMS, _selection_responses(_REPLICA_PARAMS),
+        REPLICA_PARAMS, _selection_responses(REPLICA_PARAMS),
     ),
     "/sync_by_time_and_bytes": (
         "selection", "A replica within both lag limits",
         "A replica within the time and the byte limit (defaults: the global thresholds), "
         "by locality preference and round-robin (or `key`); otherwise the master.",
-        _REPLICA_PARAMS, _selection_responses(_REPLICA_PARAMS),
+        REPLICA_PARAMS, _selection_responses(REPLICA_PARAMS),
     ),
     "/most_sync_by_bytes": (
         "selection", "The replica with the smallest byte lag",
         "The replica with the smallest `lag_bytes` within `lag_bytes` (default "
         "`pg_status__sync_max_lag_bytes`) and the optional `min_lsn` and `timeline`; "
         "ties by host order, no locality. Otherwise the master.",
-        _MOST_SYNC_PARAMS, _selection_responses(_MOST_SYNC_PARAMS),
+        MOST_SYNC_PARAMS, _selection_responses(MOST_SYNC_PARAMS),
     ),
     "/hosts": (
         "status", "Every host",
@@ -131,10 +131,11 @@ _ENDPOINTS: dict[str, tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = {
         (), {
             "200": {
                 "description": "One object per configured host.",
-                "content": _json({"type": "array", "items": _ref("schemas", "HostsItem")}),
+                "content": json_content(
+                    {"type": "array", "items": schema_ref("schemas", "HostsItem")}),
             },
-            "503": _ref("responses", "NotReady"),
-            "500": _ref("responses", "InternalError"),
+            "503": schema_ref("responses", "NotReady"),
+            "500": schema_ref("responses", "InternalError"),
         },
     ),
     "/status": (
@@ -144,15 +145,15 @@ _ENDPOINTS: dict[str, tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = {
         ("host",), {
             "200": {
                 "description": "The host's status.",
-                "content": _json(_ref("schemas", "HostStatus")),
+                "content": json_content(schema_ref("schemas", "HostStatus")),
             },
             "400": {
                 "description": "No `host` parameter.",
-                "content": _json(_error("Get parameter 'host' wasn't passed")),
+                "content": json_content(error_schema("Get parameter 'host' wasn't passed")),
             },
             "404": {"description": "The host is not monitored. Empty body."},
-            "503": _ref("responses", "NotReady"),
-            "500": _ref("responses", "InternalError"),
+            "503": schema_ref("responses", "NotReady"),
+            "500": schema_ref("responses", "InternalError"),
         },
     ),
     "/version": (
@@ -160,7 +161,7 @@ _ENDPOINTS: dict[str, tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = {
         "The pg-status version, also during startup.",
         (), {
             "200": _text({"type": "string", "minLength": 1}, "The version."),
-            "500": _ref("responses", "InternalError"),
+            "500": schema_ref("responses", "InternalError"),
         },
     ),
     "/live": (
@@ -168,7 +169,7 @@ _ENDPOINTS: dict[str, tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = {
         "`OK` as soon as the HTTP server runs, whatever PostgreSQL does.",
         (), {
             "200": _text({"type": "string", "const": "OK"}, "The HTTP server runs."),
-            "500": _ref("responses", "InternalError"),
+            "500": schema_ref("responses", "InternalError"),
         },
     ),
     "/ready": (
@@ -177,8 +178,8 @@ _ENDPOINTS: dict[str, tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = {
         "later outages do not make pg-status unready.",
         (), {
             "200": _text({"type": "string", "const": "OK"}, "Every host was checked."),
-            "503": _ref("responses", "NotReady"),
-            "500": _ref("responses", "InternalError"),
+            "503": schema_ref("responses", "NotReady"),
+            "500": schema_ref("responses", "InternalError"),
         },
     ),
     "/metrics": (
@@ -192,7 +193,7 @@ _ENDPOINTS: dict[str, tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = {
                 "content": {"text/plain; version=0.0.4; charset=utf-8": {
                     "schema": {"type": "string", "minLength": 1}}},
             },
-            "500": _ref("responses", "InternalError"),
+            "500": schema_ref("responses", "InternalError"),
         },
     ),
     "/follow": (
@@ -208,14 +209,14 @@ _ENDPOINTS: dict[str, tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = {
                 "description": "The event stream (HEAD: its headers only).",
                 "content": {"text/event-stream": {
                     "schema": {"type": "string"},
-                    "x-event-data": {"snapshot": _ref("schemas", "FollowSnapshot"),
+                    "x-event-data": {"snapshot": schema_ref("schemas", "FollowSnapshot"),
                                      "heartbeat": {"type": "object",
                                                    "required": ["version"]}},
                 }},
             },
-            "409": _ref("responses", "FollowsAnother"),
-            "503": _ref("responses", "NotReady"),
-            "500": _ref("responses", "InternalError"),
+            "409": schema_ref("responses", "FollowsAnother"),
+            "503": schema_ref("responses", "NotReady"),
+            "500": schema_ref("responses", "InternalError"),
         },
     ),
     "/follow/check": (
@@ -227,12 +228,12 @@ _ENDPOINTS: dict[str, tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = {
             "200": _text({"type": "string", "const": "OK"}, "The check is under way."),
             "400": {
                 "description": "`index` missing or not a number.",
-                "content": _json(_error("Invalid index")),
+                "content": json_content(error_schema("Invalid index")),
             },
             "404": {"description": "No host at that index. Empty body."},
-            "409": _ref("responses", "FollowsAnother"),
-            "503": _ref("responses", "NotReady"),
-            "500": _ref("responses", "InternalError"),
+            "409": schema_ref("responses", "FollowsAnother"),
+            "503": schema_ref("responses", "NotReady"),
+            "500": schema_ref("responses", "InternalError"),
         },
     ),
     "/openapi.json": (
@@ -241,9 +242,10 @@ _ENDPOINTS: dict[str, tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = {
         (), {
             "200": {
                 "description": "The OpenAPI document.",
-                "content": _json({"type": "object", "required": ["openapi", "info", "paths"]}),
+                "content": json_content(
+                    {"type": "object", "required": ["openapi", "info", "paths"]}),
             },
-            "500": _ref("responses", "InternalError"),
+            "500": schema_ref("responses", "InternalError"),
         },
     ),
 }
@@ -271,7 +273,7 @@ def _paths() -> dict[str, Any]:
     for path, (tag, summary, description, params, responses) in _ENDPOINTS.items():
         item: dict[str, Any] = {}
         if params:
-            item["parameters"] = [_ref("parameters", p) for p in params]
+            item["parameters"] = [schema_ref("parameters", p) for p in params]
         item["get"] = {
             "tags": [tag],
             "operationId": _operation_id("get", path),
@@ -291,7 +293,7 @@ def _paths() -> dict[str, Any]:
                 "tags": [tag],
                 "operationId": _operation_id(method, path),
                 "summary": f"{method.upper()} is not allowed",
-                "responses": {"405": _ref("responses", "MethodNotAllowed")},
+                "responses": {"405": schema_ref("responses", "MethodNotAllowed")},
             }
         paths[path] = item
     return paths

@@ -13,11 +13,11 @@ from pgstatus.http.params import MAX_KEY, MAX_TIMELINE, MAX_U64, MAX_WAIT_MS
 TEXT = "text/plain; charset=utf-8"
 APPLICATION_JSON = "application/json"
 
-def _ref(kind: str, name: str) -> dict[str, str]:
+def schema_ref(kind: str, name: str) -> dict[str, str]:
     return {"$ref": f"#/components/{kind}/{name}"}
 
 
-def _error(*texts: str) -> dict[str, Any]:
+def error_schema(*texts: str) -> dict[str, Any]:
     """
     The schema of ``{"error_text": ...}`` with one of ``texts``.
     """
@@ -30,7 +30,7 @@ def _error(*texts: str) -> dict[str, Any]:
     }
 
 
-def _json(schema: dict[str, Any], **extra: Any) -> dict[str, Any]:
+def json_content(schema: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {APPLICATION_JSON: {"schema": schema, **extra}}
 
 
@@ -82,7 +82,7 @@ _HOST_FIELDS: dict[str, Any] = {
     "lsn": {
         "description": "`pg_current_wal_lsn()` on the master, `pg_last_wal_replay_lsn()` "
                        "on a replica; null when unknown or for a dead host.",
-        "oneOf": [_ref("schemas", "Lsn"), {"type": "null"}],
+        "oneOf": [schema_ref("schemas", "Lsn"), {"type": "null"}],
     },
 }
 
@@ -117,7 +117,7 @@ _HOST_RULES: list[dict[str, Any]] = [
 def _host_object(with_name: bool, description: str) -> dict[str, Any]:
     props: dict[str, Any] = {}
     if with_name:
-        props["host"] = {**_ref("schemas", "HostName"),
+        props["host"] = {**schema_ref("schemas", "HostName"),
                          "description": "The host as written in `pg_status__hosts`."}
     props.update(_HOST_FIELDS)
     return {
@@ -149,7 +149,7 @@ SCHEMAS: dict[str, Any] = {
         "required": ["host", "dc", "geo"],
         "additionalProperties": False,
         "properties": {
-            "host": _ref("schemas", "HostName"),
+            "host": schema_ref("schemas", "HostName"),
             "dc": {"type": ["string", "null"]},
             "geo": {"type": ["string", "null"]},
         },
@@ -191,7 +191,7 @@ SCHEMAS: dict[str, Any] = {
                              "master", "lag_ms", "lag_bytes", "lsn", "replayed_through", "timeline",
                              "sync_by_time", "sync_by_bytes", "sync_note"],
                 "properties": {
-                    "host": _ref("schemas", "HostName"),
+                    "host": schema_ref("schemas", "HostName"),
                     "port": {"type": "integer", "minimum": 1, "maximum": 65535},
                     **{k: {"type": "boolean"} for k in (
                         "checked", "reached", "alive", "possible_dead", "master",
@@ -315,9 +315,9 @@ PARAMETERS: dict[str, Any] = {
 }
 
 #: parameters of /replica and /sync_by_*, in the order they are validated
-_REPLICA_PARAMS = ("lag_ms", "lag_bytes", "min_lsn", "timeline", "wait_ms", "key")
+REPLICA_PARAMS = ("lag_ms", "lag_bytes", "min_lsn", "timeline", "wait_ms", "key")
 #: /most_sync_by_bytes takes no session key
-_MOST_SYNC_PARAMS = _REPLICA_PARAMS[:-1]
+MOST_SYNC_PARAMS = REPLICA_PARAMS[:-1]
 
 
 # -- responses -----------------------------------------------------------
@@ -325,18 +325,18 @@ _MOST_SYNC_PARAMS = _REPLICA_PARAMS[:-1]
 RESPONSES: dict[str, Any] = {
     "FollowsAnother": {
         "description": "This instance follows another one (follower mode): it is no hub.",
-        "content": _json(_error(
+        "content": json_content(error_schema(
             "this pg-status follows another instance; follow a hub instead")),
     },
     "NotReady": {
         "description": "Not every host has completed its first check yet. Answered before "
                        "any parameter is validated, whatever the `Accept` header.",
-        "content": _json(_error("pg_monitor is not ready")),
+        "content": json_content(error_schema("pg_monitor is not ready")),
     },
     "InternalError": {
         "description": "The request failed inside pg-status (logged); the service keeps "
                        "serving.",
-        "content": _json(_error("internal error")),
+        "content": json_content(error_schema("internal error")),
     },
     "MethodNotAllowed": {
         "description": "Only GET and HEAD are answered. Empty body.",
