@@ -7,8 +7,8 @@ around every event.
 For each ready descriptor, Twisted's reactor calls ``log.callWithLogger``:
 it asks the descriptor for its log prefix, copies the current context
 dictionary with the prefix as ``system``, pushes it, runs the read or write
-and pops it (about 1.7 µs here, a sixth of what a keep-alive request costs
-in all).  The context only gives the ``system`` field to events logged with
+and pops it, a noticeable share of what a keep-alive request costs in all
+(``bench/README.md``).  The context only gives the ``system`` field to events logged with
 the legacy ``twisted.python.log`` during the callback; pg-status's log
 lines do not show that field.  Everything else, and every other
 descriptor's events, are dispatched exactly as Twisted does

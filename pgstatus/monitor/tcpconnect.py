@@ -33,8 +33,8 @@ class TCPAttempt(_AttemptFactory):
     """
     One TCP connection attempt: :attr:`connected` fires with the protocol once
     TCP connects, or fails with the reason.  Cancelling it stops connecting.
-    (``reactor.connectTCP`` rather than an endpoint: endpoints would import
-    ``twisted.internet.endpoints`` at start, 0.4 MiB and 3 ms of CPU.)
+    (``reactor.connectTCP`` rather than an endpoint, so that the start does
+    not import ``twisted.internet.endpoints`` for it.)
     """
 
     noisy = False
