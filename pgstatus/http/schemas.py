@@ -188,7 +188,7 @@ SCHEMAS: dict[str, Any] = {
             "hosts": {"type": "array", "items": {
                 "type": "object",
                 "required": ["host", "port", "checked", "reached", "alive", "possible_dead",
-                             "master", "lag_ms", "lag_bytes", "lsn", "replayed_through", "timeline",
+                             "master", "lag_ms", "lag_bytes", "lsn", "reach", "timeline",
                              "sync_by_time", "sync_by_bytes", "sync_note"],
                 "properties": {
                     "host": schema_ref("schemas", "HostName"),
@@ -200,7 +200,7 @@ SCHEMAS: dict[str, Any] = {
                         "lag_ms", "lag_bytes", "timeline")},
                     "lsn": {"type": ["integer", "null"], "minimum": 0,
                             "description": "The WAL position in bytes."},
-                    "replayed_through": {"type": ["integer", "null"], "minimum": 0,
+                    "reach": {"type": ["integer", "null"], "minimum": 0,
                               "description": "The last position a `min_lsn` may name and be "
                                              "met (`lsn`, or past a page header)."},
                     "sync_note": {"type": ["string", "null"]},

@@ -22,6 +22,10 @@ FORMAT = 1
 
 _FIELDS = ("checked", "reached", "alive", "possible_dead", "master", "lag_ms", "lag_bytes",
            "lsn", "replayed_through", "timeline", "sync_by_time", "sync_by_bytes", "sync_note")
+#: the stream's names of the fields whose attribute was renamed since the
+#: format was defined (the stream keeps its names: hubs and followers of
+#: other versions read each other's snapshots)
+_WIRE_NAMES = {"replayed_through": "reach"}
 
 
 class SnapshotError(ValueError):
@@ -44,7 +48,8 @@ def encode(view: View, hosts: Sequence[HostConfig], version: int) -> bytes:
         "ready": view.ready,
         "master": None if view.master is None else view.master.index,
         "hosts": [
-            {"host": h.name, "port": cfg.port, **{f: getattr(h, f) for f in _FIELDS}}
+            {"host": h.name, "port": cfg.port,
+             **{_WIRE_NAMES.get(f, f): getattr(h, f) for f in _FIELDS}}
             for h, cfg in zip(view.hosts, hosts, strict=True)
         ],
     }
@@ -74,7 +79,7 @@ def decode(data: bytes | str, hosts: Sequence[HostConfig]
         if not isinstance(row, dict) or row.get("host") != cfg.name or row.get("port") != cfg.port:
             raise SnapshotError(f"the hub's host {i + 1} is not {cfg.name}:{cfg.port}")
         try:
-            values = {f: _field(f, row.get(f)) for f in _FIELDS}
+            values = {f: _field(f, row.get(_WIRE_NAMES.get(f, f))) for f in _FIELDS}
         except (TypeError, ValueError) as e:
             raise SnapshotError(f"host {cfg.name}: {e}") from None
         statuses.append(HostStatus(i, cfg.name, cfg.dc, cfg.geo, **values))

@@ -188,9 +188,6 @@ class Registry:
         :return: the host's new published status.
         """
         config = self._settings.current
-        if state.dead(config.max_fails):
-            # membership starts afresh after a host was dead
-            state.sync_time = state.sync_bytes = None
         state.checked = True
         state.reached = True
         state.failures = 0
@@ -220,6 +217,9 @@ class Registry:
         state.checked = True
         state.failures += 1
         state.last_failed = True
+        if state.dead(self._settings.current.max_fails):
+            # membership starts afresh once the host is alive again
+            state.sync_time = state.sync_bytes = None
         return self._publish_host(state)
 
     # -- host list ---------------------------------------------------------
@@ -256,6 +256,10 @@ class Registry:
         if mirrored is not None:
             self._statuses = list(mirrored[0])
         else:
+            for st in self._states:
+                if st.dead(config.max_fails):
+                    # dead under the new max_fails: as at a death
+                    st.sync_time = st.sync_bytes = None
             self._statuses = [s.as_status(i, config) for i, s in enumerate(self._states)]
         before: list[HostStatus] = []
         old_master = None

@@ -99,12 +99,13 @@ class MonitorService(Service):
         for m in removed:
             m.stop()
         self.turns.respace(config.sleep_ms, len(config.hosts))
-        # The registry first (the default probe factory looks the state up
-        # there), then the monitors, before anything else runs.
-        self.registry.reconfigure(states, mirrored)
+        # The kept monitors reschedule against the view before the reload,
+        # then the registry adopts the host list (the default probe factory
+        # looks the added hosts' states up there), before anything else runs.
         for staying in chosen:
             if staying is not None:
                 staying.settings_changed(old)
+        self.registry.reconfigure(states, mirrored)
         added: list[HostMonitor] = []
         monitors: list[HostMonitor] = []
         for i, kept_monitor in enumerate(chosen):

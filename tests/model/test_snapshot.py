@@ -54,6 +54,11 @@ def test_round_trip_keeps_measurements_and_takes_our_locality():
                       "lag_bytes", "lsn", "replayed_through", "timeline", "sync_by_time",
                       "sync_by_bytes", "sync_note"):
             assert getattr(ours, field) == getattr(theirs, field), field
+    # the stream keeps the name the format was defined with
+    import json
+
+    rows = json.loads(data)["hosts"]
+    assert "reach" in rows[0] and "replayed_through" not in rows[0]
 
 
 def test_snapshot_has_no_secrets_or_locality():

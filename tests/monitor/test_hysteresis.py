@@ -147,3 +147,29 @@ def test_paused_replica_evicted_after_n_checks_and_reenters(guarded_topology, re
         assert svc.host(victim.host).lag_bytes == 0
     finally:
         yield svc.stop()
+
+
+def test_membership_starts_afresh_after_death_even_when_a_reload_revives_the_host():
+    """
+    A replica evicted, then dead: its membership is forgotten at its
+    death, so after a reload raises ``max_fails`` (the host counts as
+    possibly dead again) its next success is judged afresh (in at 80 ms,
+    under the 100 ms limit, though over the 50 ms re-entry threshold).
+    """
+    env = {P + "hosts": "r", P + "max_fails": "2", P + "sync_max_lag_ms": "100",
+           P + "sync_reenter_lag_ms": "50", P + "sync_evict_after_checks": "1"}
+    settings = ConfigProvider(load_config(env))
+    registry = Registry(settings)
+    st = registry.states[0]
+
+    def ok(lag):
+        return registry.record_success(st, master=False, lsn=1, timeline=1, lag_ms=lag,
+                                       lag_bytes=0, position=None)
+
+    assert ok(10).sync_by_time and not ok(500).sync_by_time  # evicted
+    registry.record_failure(st)
+    assert not registry.record_failure(st).alive  # dead
+    settings.swap(load_config({**env, P + "max_fails": "5"}))
+    registry.reconfigure(registry.states)
+    assert registry.view.hosts[0].alive and registry.view.hosts[0].possible_dead
+    assert ok(80).sync_by_time
