@@ -62,7 +62,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from pgstatus.listening import ListenerService
+from pgstatus.listening import ListenerService, tcp_candidates
 from pgstatus.model.status import HostStatus, View
 
 __all__ = [
@@ -390,7 +390,8 @@ class AgentService(ListenerService):
     def __init__(self, reactor: Any, address: str, port: int,
                  current: Callable[[], View]) -> None:
         self.factory = AgentFactory(current, reactor)
-        super().__init__(reactor, address, port, self.factory, log, "agent")
+        super().__init__(tcp_candidates(reactor, address, port), self.factory, log, "agent",
+                         (address, port))
 
     def stopService(self) -> Deferred[None] | None:
         """

@@ -1,16 +1,38 @@
 """
-A TCP listener service shared by the HTTP API and the HAProxy agent (a
-module of its own so that neither side imports the other for it).
+Listening, for the HTTP API and the HAProxy agent: a service that listens
+through a Twisted endpoint (:mod:`twisted.internet.endpoints`), logs the
+original service's lines, and ends the process when it cannot listen.  A
+module of its own so that neither side imports the other for it.
+
+The default listener is a TCP address and port (``*`` means ``::``, falling
+back to ``0.0.0.0`` where IPv6 is unavailable).  For the HTTP API it is a
+socket made here with ``TCP_DEFER_ACCEPT`` (a connection is accepted once
+its first bytes arrived, so the first read finds the request) and handed to
+the reactor through :class:`~twisted.internet.endpoints.AdoptedStreamServerEndpoint`;
+``pg_status__http_listen`` takes any endpoint description instead
+(``tcp6:...``, ``unix:...``, ``ssl:...``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.endpoints import (
+    AdoptedStreamServerEndpoint,
+    TCP4ServerEndpoint,
+    TCP6ServerEndpoint,
+    serverFromString,
+)
+from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
 from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+#: ``(label, make)``: a way to listen, tried in order; ``make()`` may raise
+Candidate = tuple[str, Callable[[], IStreamServerEndpoint]]
 
 
 class CannotListen(SystemExit, Exception):
@@ -31,33 +53,92 @@ class CannotListen(SystemExit, Exception):
         return self.message
 
 
+def _hosts(address: str) -> list[str]:
+    return ["::", "0.0.0.0"] if address == "*" else [address.strip("[]")]
+
+
+def tcp_candidates(reactor: Any, address: str, port: int) -> list[Candidate]:
+    """
+    Plain TCP endpoints for ``address`` and ``port``.
+    """
+    out: list[Candidate] = []
+    for host in _hosts(address):
+        kind = TCP6ServerEndpoint if ":" in host else TCP4ServerEndpoint
+
+        def make(kind: Any = kind, host: str = host) -> IStreamServerEndpoint:
+            endpoint: IStreamServerEndpoint = kind(reactor, port, interface=host)
+            return endpoint
+
+        out.append((host, make))
+    return out
+
+
+def deferred_accept_candidates(reactor: Any, address: str, port: int,
+                               defer_seconds: int) -> list[Candidate]:
+    """
+    TCP listening sockets made here with ``TCP_DEFER_ACCEPT`` (where the
+    system has it) and adopted by the reactor.
+    """
+    out: list[Candidate] = []
+    for host in _hosts(address):
+        def make(host: str = host) -> IStreamServerEndpoint:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6 and host == "::":
+                    # '*' also accepts IPv4 where the system allows it
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                defer_accept = getattr(socket, "TCP_DEFER_ACCEPT", None)
+                if defer_accept is not None and defer_seconds > 0:
+                    sock.setsockopt(socket.IPPROTO_TCP, defer_accept, defer_seconds)
+                sock.bind((host, port))
+                sock.listen(socket.SOMAXCONN)
+                sock.setblocking(False)
+            except BaseException:
+                sock.close()
+                raise
+            # the endpoint adopts the descriptor and closes it once listening
+            endpoint: IStreamServerEndpoint = AdoptedStreamServerEndpoint(
+                reactor, sock.detach(), family)
+            return endpoint
+
+        out.append((host, make))
+    return out
+
+
+def description_candidates(reactor: Any, description: str) -> list[Candidate]:
+    """
+    An endpoint description (``tcp6:8000:interface=\\:\\:``,
+    ``unix:/run/pg-status/http.sock:mode=660``, ``ssl:8443:...``).
+    """
+    return [(description, lambda: serverFromString(reactor, description))]
+
+
 class ListenerService(Service):
     """
-    Listens on ``address``: an IPv4 or IPv6 literal, or ``*`` for ``::``
-    (which also accepts IPv4 where the system allows it), falling back to
-    ``0.0.0.0`` where IPv6 is unavailable.  Binds in
-    ``privilegedStartService``; a failure to listen logs a critical line and
-    exits.
+    Listens on the first candidate that works, in ``privilegedStartService``
+    (before privileges are dropped); a failure to listen logs a critical
+    line and exits.
 
+    :param candidates: the ways to listen, in order.
+    :param factory: the protocol factory.
     :param log: the component's logger.
     :param what: the log lines' subject, e.g. ``server`` or ``agent``.
-    :param listen: listens as ``reactor.listenTCP(port, factory,
-        interface=...)`` does (the default).
-    :ivar port: the listening port once started (``port.getHost().port``).
+    :param shown_as: the ``address`` and ``port`` the failure line names.
+    :ivar port: the listening port once started.
     :ivar started: fires with the port once listening.
     """
 
-    def __init__(self, reactor: Any, address: str, port: int, factory: Any,
-                 log: Logger, what: str, listen: Callable[..., Any] | None = None) -> None:
-        self._reactor = reactor
-        self._listen_tcp = listen if listen is not None else reactor.listenTCP
-        self._address = address
-        self._port_number = port
+    def __init__(self, candidates: Sequence[Candidate], factory: Any, log: Logger, what: str,
+                 shown_as: tuple[str, object]) -> None:
+        self._candidates = list(candidates)
         self._factory = factory
         self._log = log
         self._what = what
-        self.port: Any = None
-        self.started: Deferred[Any] = Deferred()
+        self._shown_as = shown_as
+        self.port: IListeningPort | None = None
+        self.started: Deferred[IListeningPort] = Deferred()
 
     def privilegedStartService(self) -> None:
         """
@@ -75,23 +156,33 @@ class ListenerService(Service):
             self._listen()
 
     def _listen(self) -> None:
-        address = self._address
-        candidates = ["::", "0.0.0.0"] if address == "*" else [address.strip("[]")]
-        last: BaseException | None = None
-        for host in candidates:
+        last: object = None
+        for label, make in self._candidates:
+            outcome: list[IListeningPort | Failure] = []
             try:
-                self.port = self._listen_tcp(self._port_number, self._factory, interface=host)
-            except Exception as e:  # CannotListenError
+                maybeDeferred(make().listen, self._factory).addBoth(outcome.append)
+            except Exception as e:
                 last = e
                 continue
+            if not outcome:
+                last = "the endpoint did not listen at once"
+                continue
+            got = outcome[0]
+            if isinstance(got, Failure):
+                last = got.value
+                continue
+            self.port = got
+            host = got.getHost()
             self._log.info(f"{self._what} started address={{address}} port={{port}}",
-                           address=host, port=self.port.getHost().port)
-            self.started.callback(self.port)
+                           address=getattr(host, "host", label),
+                           port=getattr(host, "port", getattr(host, "name", "")))
+            self.started.callback(got)
             return
+        address, port = self._shown_as
         self._log.critical(
             f"{self._what} cannot listen address={{address}} port={{port}} error={{error}}",
-            address=address, port=self._port_number, error=str(last))
-        raise CannotListen(f"{self._what} cannot listen on {address} port {self._port_number}")
+            address=address, port=port, error=str(last))
+        raise CannotListen(f"{self._what} cannot listen on {address} port {port}")
 
     def stopService(self) -> Deferred[None] | None:
         """
@@ -102,4 +193,5 @@ class ListenerService(Service):
         if port is None:
             return None
         self._log.info(f"{self._what} stopped")
-        return maybeDeferred(port.stopListening)
+        stopped = port.stopListening()
+        return stopped if isinstance(stopped, Deferred) else None

@@ -19,12 +19,17 @@ from pgstatus import __version__
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config, ConfigError
 from pgstatus.http.answer import Response
-from pgstatus.http.api import StatusAPI
-from pgstatus.http.fastpath import FastSite
+from pgstatus.http.app import StatusApp
 from pgstatus.http.freshness import FreshReads
 from pgstatus.http.hub import Hub
 from pgstatus.http.responses import Renderer
-from pgstatus.listening import ListenerService
+from pgstatus.http.shortcut import QuietSite, ShortcutSite
+from pgstatus.listening import (
+    Candidate,
+    ListenerService,
+    deferred_accept_candidates,
+    description_candidates,
+)
 from pgstatus.logging.observers import LevelFilter
 from pgstatus.logging.twistd import factory_observer, install_observer
 from pgstatus.memory import HeapTrimmer, settle
@@ -37,15 +42,12 @@ from pgstatus.stopsignals import install_stop_signals
 # Imported where used, so a service that does not use them does not load
 # them: pgstatus.agent (pg_status__agent_port), pgstatus.config.reload
 # (pg_status__env_file), pgstatus.monitor.follower (pg_status__follow),
-# pgstatus.http.metrics (the first /metrics), and, through FastSite,
-# twisted.web.server and Klein.
+# pgstatus.http.metrics (the first /metrics).
 
 log = Logger(namespace="pgstatus.main")
 http_log = Logger(namespace="pgstatus.http")
 config_log = Logger(namespace="pgstatus.config")
 
-#: ``(port, factory, interface=...) -> IListeningPort``, as ``listenTCP``
-ListenTCP = Callable[..., Any]
 
 
 class Reloader(Protocol):
@@ -91,8 +93,10 @@ class PgStatusService(MultiService):
     :param reactor: time, TCP, threads.
     :param probe_factory: ``(host_index) -> Probe``; real PostgreSQL probes
         by default.
-    :param listen_tcp: how the HTTP listener listens (the fast path's own
-        ``listen_tcp`` by default; a memory reactor's ``listenTCP`` in tests).
+    :param http_listen: where the HTTP API listens (by default, as the
+        configuration says: ``pg_status__http_listen``, else
+        ``http_listen_address`` and ``http_port``).
+    :param shortcut: answer whitelisted requests in front of twisted.web.
     :param reloader: gives the configuration a reload applies (what SIGHUP
         asks for, with ``pg_status__env_file``); ``None``: no reloads.
     :param server_options: twistd's options, when run by twistd.
@@ -104,7 +108,8 @@ class PgStatusService(MultiService):
 
     def __init__(self, settings: ConfigProvider, reactor: Any, *,
                  probe_factory: Callable[[int], Probe] | None = None,
-                 listen_tcp: ListenTCP | None = None,
+                 http_listen: Sequence[Candidate] | None = None,
+                 shortcut: bool = True,
                  reloader: Reloader | None = None,
                  server_options: Any = None) -> None:
         super().__init__()
@@ -137,24 +142,29 @@ class PgStatusService(MultiService):
         self.hub: Hub | None = None
         renderer = Renderer(self.current_view, settings, __version__, self.fresh)
         self._metrics: Callable[[], Response] | None = None
-        self.api = StatusAPI(
+        self.api = StatusApp(
             renderer, metrics=self._render_metrics,
-            hub=None if config.follow else self._the_hub, check_soon=check_soon)
-        self.site = FastSite(
-            self.api.resource, renderer, reactor,
-            max_connections=config.http_max_connections,
-            idle_timeout=config.http_idle_timeout_ms / 1000,
-            header_timeout=config.http_header_timeout_ms / 1000,
+            hub=None if config.follow else self._the_hub, check_soon=check_soon,
+            clock=reactor)
+        idle = config.http_idle_timeout_ms / 1000
+        header = config.http_header_timeout_ms / 1000
+        self.site = ShortcutSite(
+            QuietSite(self.api.resource(), reactor, idle), renderer.answer, renderer.count,
+            reactor, enabled=shortcut, max_connections=config.http_max_connections,
+            idle_timeout=idle, header_timeout=header,
         )
-        # response bytes are memoised per view: drop them with it
-        registry.observe(lambda old, new: self.site.wire.reset())
-        if listen_tcp is None:
-            from pgstatus.http.transport import listen_tcp as fast_listen
-
-            def listen_tcp(port: int, factory: Any, interface: str = "") -> Any:
-                return fast_listen(reactor, port, factory, interface=interface)
-        self.http = ListenerService(reactor, config.http_listen_address, config.http_port,
-                                    self.site, http_log, "server", listen=listen_tcp)
+        # answer bytes are memoised per view: drop them with it
+        registry.observe(lambda old, new: self.site.view_changed())
+        if http_listen is None:
+            if config.http_listen:
+                http_listen = description_candidates(reactor, config.http_listen)
+            else:
+                http_listen = deferred_accept_candidates(
+                    reactor, config.http_listen_address, config.http_port,
+                    max(1, int(header)))
+        shown = (config.http_listen or config.http_listen_address,
+                 "-" if config.http_listen else config.http_port)
+        self.http = ListenerService(http_listen, self.site, http_log, "server", shown)
         self.http.setName("http")
         self.http.setServiceParent(self)
         #: gives memory freed into glibc's heap back to the system once a minute

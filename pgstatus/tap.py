@@ -48,11 +48,6 @@ def make_service(config: Config, reactor: Any = None,
         environment file over it again.
     """
     if reactor is None:
-        from pgstatus.http.transport import Connection, Port
-        from pgstatus.reactor import install_default
-
-        # the HTTP listener's events without Twisted's per-event log context
-        install_default(bare=(Connection, Port))
         from twisted.internet import reactor as global_reactor
 
         reactor = global_reactor

@@ -67,15 +67,6 @@ import pytest_twisted
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from pgstatus.http.transport import Connection as _HttpConnection  # noqa: E402
-from pgstatus.http.transport import Port as _HttpPort  # noqa: E402
-from pgstatus.reactor import install_default  # noqa: E402
-
-# The suite runs on the reactor the service runs on (installed before
-# pytest-twisted looks for one; it is an epoll reactor, as pytest-twisted's
-# default is).
-install_default(bare=(_HttpConnection, _HttpPort))
-
 from pgbouncer import PgBouncer  # noqa: E402
 from pgtopology import PgNode, PgTopology  # noqa: E402
 from tcpproxy import TcpProxy  # noqa: E402

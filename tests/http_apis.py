@@ -1,5 +1,5 @@
 """
-Building the HTTP API in tests, as the service wiring does.
+Building the HTTP API and its server in tests, as the service wiring does.
 """
 
 from __future__ import annotations
@@ -9,14 +9,26 @@ from typing import Any
 
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config
-from pgstatus.http.api import StatusAPI
+from pgstatus.http.app import StatusApp
 from pgstatus.http.responses import Renderer
+from pgstatus.http.shortcut import QuietSite, ShortcutSite
 from pgstatus.model.status import View
 
 
 def make_api(current: Callable[[], View], config: Config, version: str,
-             fresh: Any = None, **kwargs: Any) -> StatusAPI:
+             fresh: Any = None, **kwargs: Any) -> StatusApp:
     """
-    A :class:`StatusAPI` over ``current`` with a fixed ``config``.
+    A :class:`StatusApp` over ``current`` with a fixed ``config``.
     """
-    return StatusAPI(Renderer(current, ConfigProvider(config), version, fresh), **kwargs)
+    return StatusApp(Renderer(current, ConfigProvider(config), version, fresh), **kwargs)
+
+
+def make_site(api: StatusApp, reactor: Any, enabled: bool = True,
+              **limits: Any) -> ShortcutSite:
+    """
+    The HTTP server of ``api``: the shortcut in front of twisted.web
+    (``enabled=False``: twisted.web alone).
+    """
+    web = QuietSite(api.resource(), reactor, limits.get("idle_timeout", 60.0))
+    return ShortcutSite(web, api.renderer.answer, api.renderer.count, reactor,
+                        enabled=enabled, **limits)

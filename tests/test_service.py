@@ -19,6 +19,7 @@ from twisted.logger import globalLogPublisher
 from pgstatus.config.environ import load_config
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config, ConfigError
+from pgstatus.listening import tcp_candidates
 from pgstatus.monitor.scheduler import Probe
 from pgstatus.service import PgStatusService
 
@@ -53,7 +54,7 @@ class Built:
         self.settings = ConfigProvider(load_config(env or BASE))
         self.svc = PgStatusService(self.settings, self.reactor,
                                    probe_factory=self.probe_for,
-                                   listen_tcp=self.reactor.listenTCP,
+                                   http_listen=tcp_candidates(self.reactor, "127.0.0.1", 8000),
                                    reloader=self.reloader)
         self.http = StubTreq(self.svc.api.resource())
 

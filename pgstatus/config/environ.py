@@ -367,6 +367,7 @@ def load_config(environ: Mapping[str, str]) -> Config:
         use_dc=use_dc,
         use_geo=use_geo,
         http_listen_address=_parse_listen_address(environ),
+        http_listen=stripped(environ, "http_listen") or "",
         log_level=_parse_log_level(environ),
         log_format=_parse_log_format(environ),
         follow=_parse_follow(environ),

@@ -24,6 +24,7 @@ from pgstatus.config.settings import Config
 RESTART_SETTINGS = (
     "http_listen_address",
     "http_port",
+    "http_listen",
     "agent_port",
     "http_max_connections",
     "http_idle_timeout_ms",

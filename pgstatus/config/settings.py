@@ -106,6 +106,9 @@ class Config:
     sync_max_lag_bytes: int = 1000000
     http_listen_address: str = "0.0.0.0"
     http_port: int = 8000
+    #: an addition of ours: a Twisted endpoint description to listen on
+    #: instead of http_listen_address and http_port ("" for those)
+    http_listen: str = ""
     log_level: str = "info"
     log_format: str = "text"
     #: an addition of ours: how long a read-your-writes request may wait for
@@ -180,6 +183,7 @@ class Config:
             ("sync_max_lag_bytes", str(self.sync_max_lag_bytes)),
             ("http_listen_address", self.http_listen_address),
             ("http_port", str(self.http_port)),
+            *((("http_listen", self.http_listen),) if self.http_listen else ()),
             ("log_level", self.log_level),
             ("log_format", self.log_format),
             ("min_lsn_wait_ms", str(self.min_lsn_wait_ms)),

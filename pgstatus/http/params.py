@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from urllib.parse import unquote_to_bytes
 
 from pgstatus.config.settings import Config
 from pgstatus.model.selection import (
@@ -54,9 +55,11 @@ def parse_lag(value: str, name: str) -> int:
 
     :raise BadParameter: otherwise, naming the parameter.
     """
-    if _UINT.fullmatch(value) is None or len(value.lstrip("0")) > 20:
+    digits = value.lstrip("0")
+    if _UINT.fullmatch(value) is None or len(digits) > 20:
         raise BadParameter(f"Invalid {name}")
-    n = int(value)
+    # the significant digits only: int() refuses strings past its digit limit
+    n = int(digits or "0")
     if n > MAX_U64:
         raise BadParameter(f"Invalid {name}")
     return min(n, MAX_LAG)
@@ -105,9 +108,10 @@ def parse_wait(value: str) -> int:
 
     :raise BadParameter: otherwise.
     """
-    if _UINT.fullmatch(value) is None or len(value.lstrip("0")) > 5 or int(value) > MAX_WAIT_MS:
+    digits = value.lstrip("0")
+    if _UINT.fullmatch(value) is None or len(digits) > 5 or int(digits or "0") > MAX_WAIT_MS:
         raise BadParameter("Invalid wait_ms")
-    return int(value)
+    return int(digits or "0")
 
 
 def wants_json(accept: str | None) -> bool:
@@ -126,7 +130,6 @@ def wants_json(accept: str | None) -> bool:
     return False
 
 
-
 #: which lag parameters a route reads, and its defaults
 _ROUTES: dict[str, tuple[bool, bool, str, bool]] = {
     # route: (uses lag_ms, uses lag_bytes, mode, global defaults)
@@ -138,6 +141,8 @@ _ROUTES: dict[str, tuple[bool, bool, str, bool]] = {
     "most_sync_by_bytes": (False, True, "and", True),
 }
 REPLICA_ROUTES = frozenset(_ROUTES)
+
+
 def parse_filters(route: str, args: Mapping[str, str], config: Config) -> Filters:
     """
     The filters of a replica route from its query parameters (first value
@@ -171,3 +176,26 @@ def parse_filters(route: str, args: Mapping[str, str], config: Config) -> Filter
     timeline = parse_timeline(v) if v is not None else None
     return Filters(lag_ms, lag_bytes, mode, min_lsn, timeline,  # type: ignore[arg-type]
                    sync_time, sync_bytes, floor)
+
+
+def parse_query(query: bytes) -> dict[str, str]:
+    """
+    A request's query string as the API reads it: ``&``-separated
+    ``name=value`` pairs (a pair without ``=`` is ignored), ``+`` and
+    percent escapes decoded, UTF-8 decoded leniently, the first value of
+    each name kept.  Both front ends read parameters through this one
+    function, so they cannot split a query differently.
+    """
+    out: dict[str, str] = {}
+    if not query:
+        return out
+    simple = b"%" not in query and b"+" not in query
+    for part in query.split(b"&"):
+        name, sep, value = part.partition(b"=")
+        if not sep:
+            continue
+        if not simple:
+            name = unquote_to_bytes(name.replace(b"+", b" "))
+            value = unquote_to_bytes(value.replace(b"+", b" "))
+        out.setdefault(name.decode("utf-8", "replace"), value.decode("utf-8", "replace"))
+    return out

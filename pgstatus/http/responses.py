@@ -33,10 +33,12 @@ from pgstatus.http.answer import (
 from pgstatus.http.freshness import FreshReads
 from pgstatus.http.memo import MAX_GROUPS, MAX_PLANS, ViewMemo
 from pgstatus.http.params import (
+    REPLICA_ROUTES,
     BadParameter,
     format_lsn,
     parse_filters,
     parse_key,
+    parse_query,
     parse_wait,
 )
 from pgstatus.model.selection import (
@@ -141,6 +143,29 @@ class Renderer:
         counts = self.requests
         counts[key] = counts.get(key, 0) + 1
 
+    def answer(self, route: str, query: bytes, as_json: bool) -> Response | Deferred[Response]:
+        """
+        The answer function: what ``route`` (a name of
+        :data:`~pgstatus.http.routes.FROM_VIEW`) answers for the raw query
+        string ``query`` from the published view.  Both front ends call it;
+        a Deferred only for a ``min_lsn`` request that waits for a replica.
+        """
+        if route == "master":
+            return self.master(as_json)
+        if route in REPLICA_ROUTES:
+            return self.replica_query(route, query, as_json, parse_query)
+        if route == "hosts":
+            return self.hosts()
+        if route == "status":
+            return self.status(parse_query(query).get("host"))
+        if route == "version":
+            return self.version
+        if route == "live":
+            return self.live()
+        if route == "ready":
+            return self.ready()
+        raise KeyError(route)
+
     # -- host answers --------------------------------------------------
     def _host_answer(self, view: View, h: HostStatus | None, as_json: bool) -> Response:
         answers = self.memo(view).answers
@@ -214,36 +239,6 @@ class Renderer:
         if plan is _WAIT:
             return self.replica(route, parse(query), as_json)
         return plan
-
-    def replica_plan(self, route: str, query: bytes, as_json: bool,
-                     parse: Callable[[bytes], Mapping[str, str]]) -> tuple[Any, ...] | None:
-        """
-        For a caller that memoises per view (the fast path): what
-        :meth:`replica_query` does for this request while the current view
-        lasts, from the same memo of plans.
-
-        :return: ``("fixed", response)``; ``("rotate", answers, key)``:
-            answer ``answers[self.rr.next(key, len(answers))]``;
-            ``("fallback", response, reason)``: answer ``response`` and count
-            ``reason`` in :attr:`fallbacks`; or ``None``: call
-            :meth:`replica_query` for every request (a wait).
-        """
-        view = self._current()
-        if not view.ready:
-            return ("fixed", NOT_READY)
-        plans = self.memo(view).query_plans(route, as_json)
-        plan = plans.get(query)
-        if plan is None:
-            plan = self._plan(view, route, parse(query) if query else {}, as_json)
-            if len(plans) < MAX_PLANS:
-                plans[query] = plan
-        if plan.__class__ is tuple:
-            return ("rotate", *plan)
-        if plan.__class__ is _Fallback:
-            return ("fallback", plan.response, plan.reason)
-        if plan is _WAIT:
-            return None
-        return ("fixed", plan)
 
     def _follow(self, view: View, plan: Any, route: str, args: Mapping[str, str],
                 as_json: bool) -> Response | Deferred[Response]:

@@ -35,10 +35,12 @@ DEADLINE = 30.0
 #: what the daemon must not import on its own (OpenSSL above all)
 TLS_STACK = {"OpenSSL", "cryptography", "service_identity"}
 NOT_AT_START = TLS_STACK | {
-    "treq", "klein", "werkzeug", "twisted.web.server", "twisted.internet.ssl",
-    "pgstatus.client", "pgstatus.http.webapp", "pgstatus.http.slowpath",
-    "pgstatus.http.openapi", "pgstatus.http.schemas", "pgstatus.agent", "pgstatus.config.reload",
+    "treq", "twisted.internet.ssl", "pgstatus.client", "pgstatus.agent",
+    "pgstatus.config.reload", "pgstatus.http.metrics", "pgstatus.monitor.follower",
 }
+#: what the daemon imports at start: the Klein application is the API, built
+#: before the first request, and twisted.web serves what the shortcut leaves
+AT_START = {"klein", "twisted.web.server", "pgstatus.http.app", "pgstatus.http.shortcut"}
 
 
 def _norm(name: str) -> str:
@@ -193,10 +195,11 @@ FAST_PATHS = ["/master", "/hosts", "/replica?min_lsn=0/1", "/status?host=127.0.0
 def test_daemon_start_and_fast_path_import_only_what_they_use(daemon_site, tmp_path):
     """
     The daemon starts, polls and answers the API's routes without importing
-    the TLS stack, Klein or anything only other features use.
+    the TLS stack or anything only other features use; Klein is loaded (it
+    is the API).
     """
     modules, answers = run_daemon(daemon_site, FAST_PATHS, tmp_path)
-    assert "pgstatus.http.fastpath" in modules and "psycopg2" in modules
+    assert AT_START <= modules and "psycopg2" in modules
     assert all(a.startswith(b"HTTP/1.1 ") for a in answers)
     assert answers[0].startswith(b"HTTP/1.1 404")  # the only host is dead
     assert answers[1].startswith(b"HTTP/1.1 200")
@@ -206,15 +209,15 @@ def test_daemon_start_and_fast_path_import_only_what_they_use(daemon_site, tmp_p
 @pytest.mark.parametrize("launcher", [False, True], ids=["twistd", "pg-status"])
 def test_first_request_for_klein_loads_it_and_no_tls(daemon_site, tmp_path, launcher):
     """
-    A request only Klein answers (``/metrics``) loads Klein and twisted.web's
-    server then (so the check above sees them when they are imported), and
-    still no TLS stack; under ``pg-status`` too.
+    Requests only Klein's own handlers answer (``/metrics``,
+    ``/openapi.json``) work, and still load no TLS stack; under
+    ``pg-status`` too.
     """
     modules, answers = run_daemon(daemon_site, ["/metrics", "/master", "/openapi.json"],
                                   tmp_path, launcher=launcher)
     assert answers[0].startswith(b"HTTP/1.1 200")
     assert answers[2].startswith(b"HTTP/1.1 200")
-    assert {"klein", "twisted.web.server", "pgstatus.http.webapp"} <= modules
+    assert AT_START | {"pgstatus.http.metrics"} <= modules
     assert sorted(modules & TLS_STACK) == []
 
 
@@ -225,7 +228,7 @@ def test_launcher_serves_the_same_without_what_the_daemon_must_not_import(daemon
     status 0 on SIGTERM) and imports none of what the daemon must not.
     """
     modules, answers = run_daemon(daemon_site, FAST_PATHS, tmp_path, launcher=True)
-    assert "pgstatus.http.fastpath" in modules and "pgstatus.launch" in modules
+    assert AT_START <= modules and "pgstatus.launch" in modules
     assert answers[0].startswith(b"HTTP/1.1 404")  # the only host is dead
     assert answers[1].startswith(b"HTTP/1.1 200")
     assert sorted(modules & NOT_AT_START) == []

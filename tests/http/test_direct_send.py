@@ -17,32 +17,25 @@ import time
 
 import pytest
 import pytest_twisted
-from http_apis import make_api
-from test_fastpath import CONFIG, view
+from http_apis import make_api, make_site
+from test_shortcut import CONFIG, view
 from twisted.internet import defer, task, threads
-
-from pgstatus.http.fastpath import FastSite
-from pgstatus.http.transport import listen_tcp
 
 DEADLINE = 10.0
 
 
-@pytest.fixture(params=["pgstatus", "twisted"])
-def sites(reactor, request):
+@pytest.fixture
+def sites(reactor):
     """
-    Sites on the service's own listener (``pgstatus.http.transport``) and,
-    as the fast path supports it too, on Twisted's ``listenTCP``.
+    Servers on Twisted's ``listenTCP``, with the shortcut on or off.
     """
     made = []
 
     def make(fast: bool = True):
         v = view()
         api = make_api(lambda: v, CONFIG, "9.9.9")
-        site = FastSite(api.resource(), api.renderer, reactor, fast=fast)
-        if request.param == "pgstatus":
-            port = listen_tcp(reactor, 0, site, interface="127.0.0.1")
-        else:
-            port = reactor.listenTCP(0, site, interface="127.0.0.1")
+        site = make_site(api, reactor, enabled=fast)
+        port = reactor.listenTCP(0, site, interface="127.0.0.1")
         made.append(port)
         return site, port.getHost().port
 
@@ -100,14 +93,17 @@ def wait_for(reactor, predicate, what: str):
         yield task.deferLater(reactor, 0.005, lambda: None)
 
 
-def the_channel(site: FastSite):
-    channels = list(site._channels)
+def the_channel(site):
+    channels = site.open_connections()
     return channels[0] if len(channels) == 1 else None
 
 
 def queued(channel) -> bool:
-    t = channel.transport
-    return bool(t.dataBuffer or t._tempDataLen)
+    """
+    Whether the connection's answers now go through the transport's queue
+    (the socket did not take one whole).
+    """
+    return not channel.direct
 
 
 @pytest_twisted.inlineCallbacks
@@ -129,7 +125,7 @@ def test_full_socket_buffer_keeps_order_and_hand_off(reactor, sites):
     try:
         yield wait_for(reactor, lambda: the_channel(fast_site) is not None, "the connection")
         channel = the_channel(fast_site)
-        channel.transport.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        channel.transport.getHandle().setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         sending = threads.deferToThread(client.sendall, payload)
         yield wait_for(reactor, lambda: queued(channel), "answers queued in the transport")
         got = yield threads.deferToThread(read_to_eof, client)
@@ -193,7 +189,7 @@ def test_reset_peer_with_answers_queued(reactor, sites):
     try:
         yield wait_for(reactor, lambda: the_channel(site) is not None, "the connection")
         channel = the_channel(site)
-        channel.transport.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        channel.transport.getHandle().setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         sending = threads.deferToThread(client.sendall, get("/hosts") * 400)
         yield wait_for(reactor, lambda: queued(channel), "answers queued in the transport")
         client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -244,7 +240,7 @@ def test_requests_arriving_while_answers_are_queued(reactor, sites):
     client = connect(fast, rcvbuf=4096)
     try:
         yield wait_for(reactor, lambda: the_channel(fast_site) is not None, "the connection")
-        the_channel(fast_site).transport.socket.setsockopt(
+        the_channel(fast_site).transport.getHandle().setsockopt(
             socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
 
         def lockstep() -> bytes:

@@ -15,8 +15,8 @@ from pgstatus.config.environ import load_config
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.http.answer import JSON, TEXT
 from pgstatus.http.params import REPLICA_ROUTES, parse_filters, wants_json
+from pgstatus.http.params import parse_query as query_args
 from pgstatus.http.responses import Renderer
-from pgstatus.http.wire import query_args
 from pgstatus.model.selection import candidates, matches, select_master
 from pgstatus.model.status import HostStatus, View
 

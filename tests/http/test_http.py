@@ -13,12 +13,10 @@ import json
 import pytest
 import pytest_twisted
 import treq
-from http_apis import make_api
+from http_apis import make_api, make_site
 from twisted.web.client import HTTPConnectionPool
 
 from pgstatus.config.environ import load_config
-from pgstatus.http.fastpath import FastSite
-from pgstatus.http.transport import listen_tcp
 from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
 
@@ -59,7 +57,7 @@ class Holder:
 def server(reactor):
     holder = Holder()
     api = make_api(holder, CONFIG, "1.2.3")
-    port = listen_tcp(reactor, 0, FastSite(api.resource(), api.renderer, reactor),
+    port = reactor.listenTCP(0, make_site(api, reactor),
                       interface="127.0.0.1")
     pool = HTTPConnectionPool(reactor, persistent=False)
     base = f"http://127.0.0.1:{port.getHost().port}"

@@ -12,12 +12,10 @@ import time
 
 import pytest
 import pytest_twisted
-from http_apis import make_api
+from http_apis import make_api, make_site
 from twisted.internet import threads
 
 from pgstatus.config.environ import load_config
-from pgstatus.http.fastpath import FastSite
-from pgstatus.http.transport import listen_tcp
 from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
 
@@ -34,8 +32,8 @@ def site(reactor):
 
     def make(**limits):
         api = make_api(lambda: VIEW, CONFIG, "1")
-        s = FastSite(api.resource(), api.renderer, reactor, **limits)
-        port = listen_tcp(reactor, 0, s, interface="127.0.0.1")
+        s = make_site(api, reactor, **limits)
+        port = reactor.listenTCP(0, s, interface="127.0.0.1")
         ports.append(port)
         return s, port.getHost().port
 
@@ -166,12 +164,23 @@ def test_oversized_head_refused(site):
     def scenario() -> bytes:
         c = connect(port)
         c.sendall(b"GET /master HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n")
-        data = read_all(c)
+        data = b""
+        while True:
+            try:
+                chunk = c.recv(4096)
+            except ConnectionResetError:
+                break
+            # a TimeoutError (the server kept the connection) fails the test
+            if not chunk:
+                break
+            data += chunk
         c.close()
         return data
 
     data = yield threads.deferToThread(scenario)
-    assert data.startswith(b"HTTP/1.1 400") or data.startswith(b"HTTP/1.1 431")
+    # twisted.web answers a head over its limit with 400, and a single line
+    # over its line limit by closing the connection: either way, at once
+    assert data == b"" or data.startswith(b"HTTP/1.1 400") or data.startswith(b"HTTP/1.1 431")
 
 
 @pytest_twisted.inlineCallbacks

@@ -35,7 +35,7 @@ from twisted.web.client import Agent, HTTPConnectionPool
 
 from pgstatus.http import openapi
 from pgstatus.http.answer import host_json
-from pgstatus.http.api import StatusAPI
+from pgstatus.http.app import StatusApp
 from pgstatus.http.openapi import DOCUMENT, OTHER_METHODS
 from pgstatus.http.params import (
     REPLICA_ROUTES,
@@ -97,7 +97,7 @@ def test_document_is_valid_openapi_3_1():
 
 def test_document_names_exactly_the_routes_parameters_and_fields():
     klein_paths = set()
-    for rule in StatusAPI.app.url_map.iter_rules():
+    for rule in StatusApp.app.url_map.iter_rules():
         if "<any(" in rule.rule:
             klein_paths |= {"/" + r for r in REPLICA_ROUTES}
         else:

@@ -982,7 +982,7 @@ def test_http_date_matches_email_utils() -> None:
     import random
     from email.utils import formatdate
 
-    from pgstatus.http.wire import http_date
+    from pgstatus.http.replay import http_date
 
     rng = random.Random(7)
     for second in [0, 784111777, 951782400, 4102444799,
