@@ -40,6 +40,10 @@ setup(
         "client": [
             "treq>=23.11,<27",
         ],
+        # pg_status__http_listen=ssl:...: TLS for the API
+        "tls": [
+            "twisted[tls]>=24.3,<27",
+        ],
         "test": [
             "treq>=23.11,<27",
             "pytest>=8,<10",

@@ -51,6 +51,8 @@ def make_service(config: Config, reactor: Any = None,
         from twisted.internet import reactor as global_reactor
 
         reactor = global_reactor
+    if config.http_listen:
+        check_endpoint(reactor, config.http_listen)
     environ = environ if environ is not None else process_environ()
     path = env_file_path(environ)
     reloader = None
@@ -62,6 +64,27 @@ def make_service(config: Config, reactor: Any = None,
                            server_options=server_options)
 
 
+def check_endpoint(reactor: Any, description: str) -> None:
+    """
+    Parse ``pg_status__http_listen`` as the listener will, before anything
+    listens.
+
+    :raise ConfigError: it is not an endpoint description this Twisted
+        (and its installed extras) can listen on.
+    """
+    from twisted.internet.endpoints import serverFromString
+
+    try:
+        serverFromString(reactor, description)
+    except ImportError as e:
+        raise ConfigError("pg_status__http_listen",
+                          f"{description!r} needs a module that is not installed ({e}); "
+                          "TLS needs pyOpenSSL: pip install 'pg-status[tls]'") from None
+    except Exception as e:
+        raise ConfigError("pg_status__http_listen",
+                          f"not a Twisted endpoint description: {e}") from None
+
+
 def makeService(options: Options, reactor: Any = None) -> PgStatusService:
     """
     The ``twistd`` entry point: read the environment, build the service.
@@ -71,8 +94,8 @@ def makeService(options: Options, reactor: Any = None) -> PgStatusService:
     environ = process_environ()
     try:
         config = load_config(with_env_file(environ))
+        return make_service(config, reactor, server_options=options.parent, environ=environ)
     except ConfigError as e:
         sys.stderr.write(f"pg-status: configuration error: {e}\n")
         sys.stderr.flush()
         raise SystemExit(2) from None
-    return make_service(config, reactor, server_options=options.parent, environ=environ)
