@@ -5,16 +5,19 @@ does.
 
 The table describes :mod:`pgstatus.config.environ` (which does the
 parsing) for people: the configuration reference of the documentation is
-generated from it.  Tests hold it to the code (every variable
+generated from it, and the warning about an unknown variable names
+the closest of its names.  Tests hold it to the code (every variable
 :func:`~pgstatus.config.environ.load_config` looks up, each default, each
 integer range, each reload flag), so it cannot drift.
 """
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pgstatus.config.settings import INT_MAX, PREFIX
+from pgstatus.config.settings import ENV_NAME_RE, INT_MAX, PREFIX, shown_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,3 +153,33 @@ def setting(name: str) -> Setting:
     """
     return _BY_NAME[name]
 
+
+def unknown_warnings(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """
+    One warning for each ``pg_status__*`` variable in ``environ`` that
+    pg-status does not read (usually a misspelling), naming the closest
+    known name when there is one.  Unknown variables stay ignored
+    otherwise, for forward compatibility.  The prefix is matched without
+    regard to case, since ``PG_STATUS__HOSTS`` is ignored as well.  The
+    variables that ``current_dc_env``/``current_geo_env`` name are read
+    and not warned about.  Values are never shown.
+
+    :param environ: the environment (with the environment file applied).
+    :return: the warnings, sorted by variable name.
+    """
+    known = known_names()
+    referenced = {environ.get(PREFIX + n, "").strip() for n in ("current_dc_env",
+                                                                "current_geo_env")}
+    warnings = []
+    for name in sorted(environ):
+        if name[:len(PREFIX)].lower() != PREFIX or name in known or name in referenced:
+            continue
+        shown = name if ENV_NAME_RE.fullmatch(name) else shown_value(name)
+        close = difflib.get_close_matches(name[len(PREFIX):].lower(), _BY_NAME, n=1)
+        if close:
+            warnings.append(f"unknown variable {shown} is ignored; "
+                            f"did you mean {PREFIX}{close[0]}?")
+        else:
+            warnings.append(f"unknown variable {shown} is ignored: pg-status has no such "
+                            "setting")
+    return tuple(warnings)
