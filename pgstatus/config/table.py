@@ -110,7 +110,7 @@ SETTINGS: tuple[Setting, ...] = (
     _S("min_lsn_wait_ms", "0", _ms(0, 60000), True,
        "Default wait of a min_lsn request for a replica to catch up (0: answer at once)."),
     _S("http_listen_address", "0.0.0.0", "an IPv4 address, an IPv6 address (brackets "
-       "allowed) or * for every address", False,
+       "allowed) or * (the IPv4 and IPv6 wildcards, where possible)", False,
        "Address the HTTP server (and the agent port) listens on."),
     _S("http_port", "8000", _int(0, 65535), False, "TCP port of the HTTP server."),
     _S("http_max_connections", "10000", _int(1, 1000000), False,
