@@ -6,8 +6,10 @@ or a supervisor wants.
 [twistd options] pgstatus``: in the foreground, without a pid file.
 ``pg-status --daemon [twistd options]`` runs ``twistd [twistd options]
 pgstatus``, forked into the background with a pid file, as an init script
-wants.  The service and its exit statuses are twistd's; only the help, the
-version and the message for a bad option speak of ``pg-status``.
+wants.  ``pg-status --check-config`` checks the configuration and exits
+(see :mod:`pgstatus.config.check`).  The service and its exit statuses are
+twistd's; only the help, the version and the message for a bad option speak
+of ``pg-status``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from twisted.scripts.twistd import ServerOptions, runApp
 
 #: ``pg-status``'s own option: run as a daemon, as ``twistd pgstatus`` does
 DAEMON = "--daemon"
+#: the plugin's option (``twistd pgstatus --check-config``), handed on after ``pgstatus``
+CHECK_CONFIG = "--check-config"
 
 
 class Options(ServerOptions):
@@ -33,7 +37,8 @@ class Options(ServerOptions):
         "[options] pgstatus does, or with --daemon (first) in the background, as "
         "twistd [options] pgstatus does. The other options are twistd's; "
         "the service itself is configured by pg_status__* environment "
-        "variables (see the README).")
+        "variables (see the README). With --check-config, it checks them, prints "
+        "every problem and exits: 0 if pg-status would start, 2 if not.")
 
     def opt_version(self) -> None:
         """
@@ -51,12 +56,16 @@ def twistd_argv(args: Sequence[str]) -> list[str]:
 
     ``--daemon`` counts only as the first argument: elsewhere it could be
     the value of one of twistd's options, and it is left to twistd.
+    ``--check-config``, which is no option of twistd's, is handed to the
+    plugin wherever it is.
 
     :param args: the arguments given to ``pg-status``.
     """
+    plugin = ["pgstatus", *(a for a in args if a == CHECK_CONFIG)]
+    args = [a for a in args if a != CHECK_CONFIG]
     if len(args) > 0 and args[0] == DAEMON:
-        return ["twistd", *args[1:], "pgstatus"]
-    return ["twistd", "--nodaemon", "--pidfile=", *args, "pgstatus"]
+        return ["twistd", *args[1:], *plugin]
+    return ["twistd", "--nodaemon", "--pidfile=", *args, *plugin]
 
 
 def main(args: Sequence[str] | None = None) -> None:

@@ -21,16 +21,31 @@ from pgstatus.service import PgStatusService
 
 class Options(usage.Options):
     """
-    ``twistd pgstatus`` takes no options: pg-status is configured by its
-    ``pg_status__*`` environment variables, as the original service is.
+    ``twistd pgstatus`` is configured by its ``pg_status__*`` environment
+    variables, as the original service is; its one option checks them
+    without starting.
     """
 
-    synopsis = "[options]"
+    synopsis = "[--check-config]"
     longdesc = (
         "Polls the PostgreSQL hosts named in pg_status__hosts and serves their "
         "roles and replica lag over HTTP. Configured by pg_status__* environment "
         "variables; see the README."
     )
+    optFlags = [["check-config", None,
+                 "Check the configuration (the environment and pg_status__env_file), "
+                 "print every problem and exit: 0 if pg-status would start, 2 if not. "
+                 "Nothing listens or connects."]]
+
+    def postOptions(self) -> None:
+        """
+        With ``--check-config``, check and exit, before twistd does anything
+        (no pid file, no log file).
+        """
+        if self["check-config"]:
+            from pgstatus.config.check import run_check
+
+            raise SystemExit(run_check(process_environ(), sys.stdout))
 
 
 def make_service(config: Config, reactor: Any = None,

@@ -36,6 +36,17 @@ def test_twistd_command_line() -> None:
         "twistd", "--nodaemon", "--pidfile=", "--logfile", "--daemon", "pgstatus"]
 
 
+def test_check_config_goes_to_the_plugin() -> None:
+    """
+    ``--check-config`` is the plugin's option, not twistd's: it is handed
+    on after ``pgstatus`` wherever it is given.
+    """
+    assert twistd_argv(["--check-config"]) == [
+        "twistd", "--nodaemon", "--pidfile=", "pgstatus", "--check-config"]
+    assert twistd_argv(["--daemon", "--syslog", "--check-config"]) == [
+        "twistd", "--syslog", "pgstatus", "--check-config"]
+
+
 def test_help_version_and_bad_options_name_the_command() -> None:
     """
     ``pg-status --help`` and ``--version`` speak of pg-status (its version

@@ -17,14 +17,18 @@ from pgstatus.config.files import (
     with_env_file,
 )
 from pgstatus.config.settings import PREFIX, Config, ConfigError, HostConfig
+from pgstatus.config.table import SETTINGS, Setting, known_names
 
 __all__ = [
     "ENV_FILE",
     "PREFIX",
+    "SETTINGS",
     "Config",
     "ConfigError",
     "HostConfig",
+    "Setting",
     "env_file_path",
+    "known_names",
     "load_config",
     "log_settings",
     "parse_env_file",

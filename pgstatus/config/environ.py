@@ -17,7 +17,8 @@ General rules:
 * ``pg_status__pg_password`` is the exception: an empty value is an empty
   password (libpq then falls back to ``PGPASSFILE``). Its value never
   appears in errors, ``repr(Config)`` or :meth:`Config.public_items`.
-* Unknown ``pg_status__*`` variables are ignored for forward compatibility.
+* Unknown ``pg_status__*`` variables are ignored for forward compatibility,
+  with a warning each (:func:`pgstatus.config.table.unknown_warnings`).
 * TLS towards PostgreSQL is configured by libpq's own ``PGSSL*`` variables
   and is not handled here.
 """
@@ -45,6 +46,7 @@ from pgstatus.config.settings import (
     shown_value,
     stripped,
 )
+from pgstatus.config.table import unknown_warnings
 
 
 def _parse_int(variable: str, text: str, lo: int, hi: int, expected: str) -> int:
@@ -322,8 +324,9 @@ def load_config(environ: Mapping[str, str]) -> Config:
     :param environ: the environment, normally ``os.environ``. Variables
         named by ``pg_status__current_dc_env``/``pg_status__current_geo_env``
         are looked up in it too.
-    :return: the validated configuration; partially configured locality is
-        reported in :attr:`Config.warnings`, not as an error.
+    :return: the validated configuration; partially configured locality and
+        unknown ``pg_status__*`` variables are reported in
+        :attr:`Config.warnings`, not as errors.
     :raises ConfigError: when a variable is missing or invalid; the error
         names the variable.
     """
@@ -346,6 +349,7 @@ def load_config(environ: Mapping[str, str]) -> Config:
     dcs, current_dc, use_dc, dc_warning = _locality(environ, "dc", "DC", host_names)
     geos, current_geo, use_geo, geo_warning = _locality(environ, "geo", "Geo", host_names)
     warnings = tuple(w for w in (dc_warning, geo_warning) if w is not None)
+    warnings += unknown_warnings(environ)
 
     numbers = {}
     for name, (lo, hi, expected) in _INT_SETTINGS.items():
