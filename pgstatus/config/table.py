@@ -113,6 +113,10 @@ SETTINGS: tuple[Setting, ...] = (
        "allowed) or * (the IPv4 and IPv6 wildcards, where possible)", False,
        "Address the HTTP server (and the agent port) listens on."),
     _S("http_port", "8000", _int(0, 65535), False, "TCP port of the HTTP server."),
+    _S("http_listen", "", "a Twisted endpoint description, e.g. tcp6:8000:interface=\\:\\:, "
+       "unix:/run/pg-status/http.sock:mode=660 or ssl:8443:privateKey=key.pem:certKey=cert.pem",
+       False, "Where the HTTP server listens, instead of http_listen_address and http_port "
+       "(an addition; ssl needs the tls extra)."),
     _S("http_max_connections", "10000", _int(1, 1000000), False,
        "Open HTTP connections at most; one more is answered 503 and closed."),
     _S("http_idle_timeout_ms", "60000", _ms(1), False,

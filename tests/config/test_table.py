@@ -165,9 +165,10 @@ def test_documented_default_is_the_default(s: Setting) -> None:
     elif s.name == "pg_password":
         assert default.pg_password == s.default
     else:
-        # not shown at start: the file-naming variables, the *_env indirections
+        # not shown at start: the file-naming variables, the *_env
+        # indirections, and http_listen while unset (shown once set)
         assert s.name in {"pg_password_file", "env_file", "current_dc_env",
-                          "current_geo_env"}
+                          "current_geo_env", "http_listen"}
         assert s.default == ""
 
 
@@ -202,6 +203,7 @@ SAMPLES = {
     "sync_max_lag_ms": "5", "sync_max_lag_bytes": "5", "sync_evict_after_checks": "3",
     "sync_reenter_lag_ms": "1", "sync_reenter_lag_bytes": "1", "min_serving_replicas": "1",
     "min_lsn_wait_ms": "100", "http_listen_address": "127.0.0.1", "http_port": "8001",
+    "http_listen": "tcp:8003:interface=127.0.0.1",
     "http_max_connections": "10", "http_idle_timeout_ms": "1000",
     "http_header_timeout_ms": "1000", "agent_port": "8002", "follow": "http://hub:8000",
     "follow_timeout_ms": "2000", "log_level": "debug", "log_format": "json",
