@@ -31,11 +31,16 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IPushProducer, ISSLTransport, ITransport
+from twisted.internet.interfaces import (
+    IProtocolNegotiationFactory,
+    IPushProducer,
+    ISSLTransport,
+    ITransport,
+)
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.python.failure import Failure
 from twisted.web.server import Site
-from zope.interface import implementer
+from zope.interface import directlyProvides, implementer, providedBy
 
 from pgstatus.http.answer import Response
 from pgstatus.http.head import Head, HeadMemo, plausible
@@ -48,6 +53,7 @@ BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
         b"Connection: close\r\n\r\n")
 
 
+@implementer(IProtocolNegotiationFactory)
 class ShortcutSite(Factory):
     """
     Builds a :class:`ShortcutProtocol` per connection.
@@ -99,6 +105,12 @@ class ShortcutSite(Factory):
             return _Busy()
         p = ShortcutProtocol(self, addr)
         return p
+
+    def acceptableProtocols(self) -> list[bytes]:
+        """
+        TLS (ALPN): HTTP/1.1 only, which both paths speak.
+        """
+        return [b"http/1.1"]
 
     def view_changed(self) -> None:
         """
@@ -160,6 +172,12 @@ class ShortcutProtocol(Protocol):
         self._sock: socket.socket | None = None
         self._waiting = False
         self._paused = False
+        #: the twisted.web channel asked its transport to stop reading
+        self._channel_paused = False
+        self._reading_paused = False
+        self._producing = False
+        #: the channel's own producer registration (the channel itself)
+        self.inner: Any = None
         self._closed = False
         self._head_since: float | None = None
         self._active_at = 0.0
@@ -180,17 +198,18 @@ class ShortcutProtocol(Protocol):
         site.connections += 1
         self._active_at = site.clock.seconds()
         site.track(self)
+        transport = self.transport
+        transport.registerProducer(self, True)
+        self._producing = True
         if not site.enabled:
             self._hand_over()
             return
-        transport = self.transport
         handle = None
         if not ISSLTransport.providedBy(transport):
             get_handle = getattr(transport, "getHandle", None)
             handle = get_handle() if get_handle is not None else None
         if isinstance(handle, socket.socket):
             self._sock = handle
-        transport.registerProducer(self, True)
 
     def dataReceived(self, data: bytes) -> None:
         if self.channel is not None:
@@ -256,6 +275,7 @@ class ShortcutProtocol(Protocol):
         if parsed.close:
             self._buf = b""
             self._closed = True
+            self.release()
             self.transport.loseConnection()
 
     def _send(self, data: bytes) -> None:
@@ -289,13 +309,8 @@ class ShortcutProtocol(Protocol):
             return
         site = self.site
         self._sock = None
-        if site.enabled:
-            self.transport.unregisterProducer()
-            if self._paused:
-                self._paused = False
-                self.transport.resumeProducing()
         self.channel = site.web.buildProtocol(self.addr)
-        self.channel.makeConnection(self.transport)
+        self.channel.makeConnection(_ChannelTransport(self))
         data, self._buf = self._buf, b""
         self._head_since = None
         if data:
@@ -331,16 +346,50 @@ class ShortcutProtocol(Protocol):
             return
         if self.channel is None and not self._waiting and not self._buf \
                 and now - self._active_at > site.idle_timeout:
+            self.release()
             self.transport.loseConnection()
 
     # -- IPushProducer: the transport's buffer ----------------------------------
+    def _update_reading(self) -> None:
+        """
+        Read while neither the transport's buffer is full nor the channel
+        asked for a pause.
+        """
+        pause = self._paused or self._channel_paused
+        if pause != self._reading_paused:
+            self._reading_paused = pause
+            if pause:
+                self.transport.pauseProducing()
+            else:
+                self.transport.resumeProducing()
+
+    def release(self) -> None:
+        """
+        Stop being the transport's producer (the connection is closing).
+        """
+        if self._producing:
+            self._producing = False
+            self.transport.unregisterProducer()
+
+    def channel_pausing(self, pause: bool) -> None:
+        """
+        The twisted.web channel paused (or resumed) reading its transport.
+        """
+        self._channel_paused = pause
+        self._update_reading()
+
     def pauseProducing(self) -> None:
         """
-        The transport's buffer is full: stop reading and answering.
+        The transport's buffer is full: stop reading and answering, on both
+        paths (twisted.web does not stop reading while it handles a
+        request, so a client sending pipelined requests and reading none of
+        the answers would have them buffered without bound).
         """
         if not self._paused:
             self._paused = True
-            self.transport.pauseProducing()
+            self._update_reading()
+            if self.inner is not None:
+                self.inner.pauseProducing()
 
     def resumeProducing(self) -> None:
         """
@@ -348,14 +397,56 @@ class ShortcutProtocol(Protocol):
         """
         if self._paused:
             self._paused = False
-            self.transport.resumeProducing()
-            self._answer_heads()
+            self._update_reading()
+            if self.inner is not None:
+                self.inner.resumeProducing()
+            elif self.channel is None:
+                self._answer_heads()
 
     def stopProducing(self) -> None:
         """
         The connection is going away.
         """
         self._closed = True
+        if self.inner is not None:
+            self.inner.stopProducing()
+
+
+class _ChannelTransport:
+    """
+    The transport a twisted.web channel gets at the hand-over: the
+    connection's own, whose producer stays the :class:`ShortcutProtocol`,
+    so that the connection stops reading when its buffer fills whatever the
+    channel is doing.  The channel's producer registration and its pauses
+    of reading go to the protocol; everything else to the transport, which
+    this object provides the interfaces of.
+    """
+
+    def __init__(self, owner: ShortcutProtocol) -> None:
+        self._owner = owner
+        self._transport = owner.transport
+        directlyProvides(self, providedBy(self._transport))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def registerProducer(self, producer: Any, streaming: bool) -> None:
+        self._owner.inner = producer
+
+    def unregisterProducer(self) -> None:
+        # the channel lets go only as it closes the connection: so does the
+        # protocol, for the transport to close once its buffer is sent
+        self._owner.inner = None
+        self._owner.release()
+
+    def pauseProducing(self) -> None:
+        self._owner.channel_pausing(True)
+
+    def resumeProducing(self) -> None:
+        self._owner.channel_pausing(False)
+
+    def stopProducing(self) -> None:
+        self._transport.stopProducing()
 
 
 class _Busy(Protocol):

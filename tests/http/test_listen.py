@@ -128,10 +128,13 @@ def test_tls_description(reactor, serve, certificate):
         reactor, f"ssl:0:interface=127.0.0.1:privateKey={key}:certKey={cert}"))
     number = port.getHost().port
     context = ssl.create_default_context(cafile=str(cert))
+    # as curl and browsers do: offer HTTP/2 and HTTP/1.1; 1.1 is chosen
+    context.set_alpn_protocols(["h2", "http/1.1"])
 
     def client() -> bytes:
         with socket.create_connection(("127.0.0.1", number), timeout=DEADLINE) as raw:
             with context.wrap_socket(raw, server_hostname="localhost") as s:
+                assert s.selected_alpn_protocol() == "http/1.1"
                 s.sendall(b"GET /master HTTP/1.1\r\n\r\nGET /metrics HTTP/1.1\r\n\r\n"
                           b"GET /live HTTP/1.1\r\nConnection: close\r\n\r\n")
                 out = b""
