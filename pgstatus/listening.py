@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from twisted.application.service import Service
+from twisted.internet.address import UNIXAddress
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.endpoints import (
     AdoptedStreamServerEndpoint,
@@ -115,6 +116,25 @@ def description_candidates(reactor: Any, description: str) -> list[Candidate]:
     return [(description, lambda: serverFromString(reactor, description))]
 
 
+def shown_address(host: object, label: str) -> tuple[str, object]:
+    """
+    The ``address`` and ``port`` a start line names for a listening port's
+    address: host and port number for TCP (as the original service logs
+    them); for a UNIX socket its path as text and ``port=unix``; else the
+    candidate's label and ``-``.
+    """
+    if isinstance(host, UNIXAddress):
+        name = host.name
+        if isinstance(name, bytes):
+            name = name.decode("utf-8", "backslashreplace")
+        return str(name), "unix"
+    address = getattr(host, "host", None)
+    port = getattr(host, "port", None)
+    if address is None or port is None:
+        return label, "-"
+    return str(address), port
+
+
 class ListenerService(Service):
     """
     Listens on the first candidate that works, in ``privilegedStartService``
@@ -172,10 +192,9 @@ class ListenerService(Service):
                 last = got.value
                 continue
             self.port = got
-            host = got.getHost()
+            address, port = shown_address(got.getHost(), label)
             self._log.info(f"{self._what} started address={{address}} port={{port}}",
-                           address=getattr(host, "host", label),
-                           port=getattr(host, "port", getattr(host, "name", "")))
+                           address=address, port=port)
             self.started.callback(got)
             return
         address, port = self._shown_as

@@ -253,3 +253,30 @@ def test_dribbling_head_is_cut_after_the_hand_over_too(reactor, serve):
     first, cut_after = yield threads.deferToThread(client)
     assert first.startswith(b"HTTP/1.1 ")
     assert cut_after < 3.0, cut_after
+
+
+def test_start_line_names_a_unix_socket_path_as_text(reactor, tmp_path):
+    """
+    The start line of a UNIX socket listener names its path as text (not
+    ``b'...'``) and ``port=unix``; a TCP listener its address and number.
+    """
+    from twisted.logger import formatEvent
+
+    events: list[dict] = []
+    lines = Logger(namespace="http", observer=events.append)
+    path = str(tmp_path / "http.sock")
+    site = make_site(make_api(view, CONFIG, "9.9.9"), reactor)
+    unix = ListenerService(description_candidates(reactor, f"unix:{path}"), site, lines,
+                           "server", ("test", 0))
+    tcp = ListenerService(description_candidates(reactor, "tcp:0:interface=127.0.0.1"), site,
+                          lines, "server", ("test", 0))
+    unix.startService()
+    tcp.startService()
+    try:
+        number = tcp.port.getHost().port
+        shown = [formatEvent(e) for e in events]
+        assert shown == [f"server started address={path} port=unix",
+                         f"server started address=127.0.0.1 port={number}"]
+    finally:
+        unix.stopService()
+        tcp.stopService()
