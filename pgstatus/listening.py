@@ -124,7 +124,7 @@ def shown_address(host: object, label: str) -> tuple[str, object]:
     candidate's label and ``-``.
     """
     if isinstance(host, UNIXAddress):
-        name = host.name
+        name: object = host.name
         if isinstance(name, bytes):
             name = name.decode("utf-8", "backslashreplace")
         return str(name), "unix"
