@@ -15,7 +15,6 @@ blocking: the monitor's :class:`~pgstatus.monitor.turns.Deadline` calls
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +27,7 @@ from zope.interface import implementer
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config, HostConfig
 from pgstatus.monitor import libpq
+from pgstatus.monitor.failures import CheckFailed, describe_error, errno_of, shows_auth_exchange
 from pgstatus.monitor.lag import Observation
 from pgstatus.monitor.query import (
     GEOMETRY_QUERY,
@@ -40,43 +40,11 @@ from pgstatus.monitor.turns import TURN_LIMIT, ConnectTurns, Deadline
 
 log = Logger(namespace="pgstatus.monitor")
 
-_PASSWORD_ASSIGNMENT = re.compile(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.I)
-
 #: how long a reduced query is used after a permission error
 FULL_QUERY_RETRY = 300.0
 #: after an abort whose wait could not be cancelled, how long before the
 #: probe fails the wait itself if nothing else has
 ABORT_GRACE = 0.001
-
-
-class CheckFailed(Exception):
-    """
-    A check did not produce an observation.
-
-    :ivar operation: what was being done, named as the original service
-        names its libpq steps (its log lines carry them): ``connect_start``
-        (resolving the host name), ``connect`` (TCP, TLS, authentication),
-        ``consume_input`` (the query's connection failed) or
-        ``validate_result`` (the server answered with an error or an
-        unexpected row).
-    :ivar message: the reason, without secrets.
-    :ivar late: the failure came after a TLS or authentication exchange
-        began (such hosts are checked less often while dead).
-    :ivar errno: the system error number, if any.
-    :ivar rows: for an answer with other than one row, how many it had.
-    """
-
-    def __init__(self, operation: str, message: str, late: bool = False,
-                 errno: int | None = None, rows: int | None = None) -> None:
-        super().__init__(operation, message)
-        self.operation = operation
-        self.message = message
-        self.late = late
-        self.errno = errno
-        self.rows = rows
-
-    def __str__(self) -> str:
-        return f"{self.operation}: {self.message}"
 
 
 @implementer(IResolutionReceiver)
@@ -238,9 +206,9 @@ class PostgresProbe:
             except Exception as e:
                 if self._aborted:
                     raise CheckFailed("connect", "aborted") from None
-                failure = CheckFailed("connect", f"{address}: {_describe(e, self._config)}"
-                                      if len(addresses) > 1 else _describe(e, self._config),
-                                      errno=_errno(e))
+                failure = CheckFailed("connect", f"{address}: {describe_error(e, self._config)}"
+                                      if len(addresses) > 1 else describe_error(e, self._config),
+                                      errno=errno_of(e))
                 continue
             proto.transport.abortConnection()
             break
@@ -277,13 +245,13 @@ class PostgresProbe:
             self._close_conn()
             if not limit.active():
                 raise CheckFailed("connect", "connection setup took longer than its turn") from None
-            why = _describe(e, self._config)
+            why = describe_error(e, self._config)
             # Only a setup that got as far as the server's TLS or
             # authentication exchange (which then failed, e.g. at a pooler
             # whose PostgreSQL is down) counts as a late failure, and makes
             # the next setup wait; a server that just closes does neither.
-            reached_auth = self._aborted or _reached_auth(why)
-            raise CheckFailed("connect", why, late=not self._aborted and _reached_auth(why)
+            reached_auth = self._aborted or shows_auth_exchange(why)
+            raise CheckFailed("connect", why, late=not self._aborted and shows_auth_exchange(why)
                               ) from None
         finally:
             if limit.active():
@@ -341,7 +309,7 @@ class PostgresProbe:
                     raise self._query_failed(e) from None
                 if self._level >= 2:
                     self._close_conn()
-                    raise CheckFailed("validate_result", _describe(e, self._config)) from None
+                    raise CheckFailed("validate_result", describe_error(e, self._config)) from None
                 self._level += 1
                 self._level_since = clock.seconds()
                 log.warn(
@@ -354,7 +322,7 @@ class PostgresProbe:
                     minutes=round(FULL_QUERY_RETRY / 60),
                     advice="grant the monitoring role pg_monitor or pg_read_all_stats for "
                     "complete byte lag and replica timelines "
-                    f"error={_describe(e, self._config)}",
+                    f"error={describe_error(e, self._config)}",
                 )
                 continue
             received = clock.seconds()
@@ -383,7 +351,7 @@ class PostgresProbe:
         self._close_conn()
         answered = isinstance(e, libpq.Error) and e.pgcode is not None
         return CheckFailed("validate_result" if answered else "consume_input",
-                           _describe(e, self._config))
+                           describe_error(e, self._config))
 
 
 def _fail_if_waiting(d: Deferred[Any]) -> None:
@@ -405,42 +373,6 @@ def _used_tls_or_password(conn: Any) -> bool:
         return bool(info.ssl_in_use or info.used_password)
     except Exception:  # pragma: no cover - a handle closed meanwhile: assume it did
         return True
-
-
-#: "ERROR:": a pooler's error at login, e.g. PgBouncer's "pgbouncer cannot
-#: connect to server" (PostgreSQL itself sends FATAL)
-_AUTH_SIGNS = ("FATAL:", "ERROR:", "SSL", "authentication", "password", "certificate", "GSS")
-
-
-def _reached_auth(message: str) -> bool:
-    """
-    Whether a failed setup's message shows that the server got to TLS or
-    authentication (it sent an error, or TLS was negotiated).
-    """
-    return any(sign in message for sign in _AUTH_SIGNS)
-
-
-def _errno(e: BaseException) -> int | None:
-    """
-    The system error number behind a connection error, if any.
-    """
-    for value in (getattr(e, "osError", None), getattr(e, "errno", None)):
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
-def _describe(e: BaseException, config: Config) -> str:
-    """
-    One line about an error, with the password (if any) masked.
-    """
-    text = " ".join(str(e).split()) or type(e).__name__
-    if isinstance(e, OSError) and e.errno and f"errno={e.errno}" not in text:
-        text = f"{text} errno={e.errno}"
-    secret = config.pg_password
-    if secret and secret not in (config.pg_user, config.pg_database):
-        text = text.replace(secret, "***")
-    return _PASSWORD_ASSIGNMENT.sub("password=***", text)
 
 
 def _credentials(config: Config) -> tuple[str, str, str]:

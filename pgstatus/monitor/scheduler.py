@@ -23,8 +23,8 @@ from pgstatus.config.settings import Config
 from pgstatus.model.stats import Histogram
 from pgstatus.monitor import lag
 from pgstatus.monitor.errorlog import PollErrorLimiter
+from pgstatus.monitor.failures import CheckFailed
 from pgstatus.monitor.lag import MasterPosition, Observation
-from pgstatus.monitor.probe import CheckFailed
 from pgstatus.monitor.registry import HostState, Registry
 from pgstatus.monitor.turns import Deadline
 
