@@ -369,10 +369,10 @@ def test_pooler_error_at_login_counts_as_late():
     authentication, so it fails late; a refused or reset TCP connection
     does not.
     """
-    from pgstatus.monitor.probe import _reached_auth
+    from pgstatus.monitor.failures import shows_auth_exchange
 
-    assert _reached_auth('connection to server at "127.0.0.2", port 6432 failed: '
+    assert shows_auth_exchange('connection to server at "127.0.0.2", port 6432 failed: '
                          "ERROR:  pgbouncer cannot connect to server")
-    assert _reached_auth("FATAL:  query_wait_timeout")
-    assert not _reached_auth("Connection was refused by other side: 111: Connection refused.")
-    assert not _reached_auth("server closed the connection unexpectedly")
+    assert shows_auth_exchange("FATAL:  query_wait_timeout")
+    assert not shows_auth_exchange("Connection was refused by other side: 111: Connection refused.")
+    assert not shows_auth_exchange("server closed the connection unexpectedly")
