@@ -22,7 +22,6 @@ from __future__ import annotations
 import socket
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IPushProducer, IReadWriteDescriptor, ISSLTransport
 from twisted.internet.protocol import Protocol, connectionDone
@@ -120,7 +119,7 @@ class ShortcutProtocol(Protocol):
             self._forward(data)
             return
         self._active_at = self.site.clock.seconds()
-        self._buf += data
+        self._buf = self._buf + data if self._buf else data
         self._answer_heads()
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
@@ -134,6 +133,7 @@ class ShortcutProtocol(Protocol):
     # -- the shortcut --------------------------------------------------------
     def _answer_heads(self) -> None:
         site = self.site
+        heads = site.heads
         while self._buf and not (self._waiting or self._paused or self._closed):
             buf = self._buf
             end = buf.find(b"\r\n\r\n")
@@ -143,8 +143,7 @@ class ShortcutProtocol(Protocol):
                 elif self._head_since is None:
                     self._head_since = site.clock.seconds()
                 return
-            head = buf[:end + 4]
-            parsed = site.heads.get(head)
+            parsed = heads.get(buf[:end + 4])
             if parsed is None:
                 self._hand_over()
                 return
@@ -156,7 +155,8 @@ class ShortcutProtocol(Protocol):
                 return
             self._buf = buf[end + 4:]
             self._head_since = None
-            if isinstance(r, Deferred):
+            # (a plain class check: Deferred's, an ABC's, costs more)
+            if not isinstance(r, Response):
                 self._waiting = True
                 r.addCallback(self._answered_later, parsed)
                 return
