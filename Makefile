@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 DAEMON_VENV ?= .venv-daemon
 DAEMON_STAMP := $(DAEMON_VENV)/.installed
 
-.PHONY: venv run test test-fast lint typecheck bench bench-hosts bench-fresh bench-rate bench-follow bench-quota bench-iterations soak clean
+.PHONY: venv run test test-fast lint typecheck bench bench-hosts bench-fresh bench-rate bench-follow bench-quota bench-iterations soak clean rules
 
 $(STAMP): setup.py pyproject.toml
 	bash .ci/system-deps
@@ -45,6 +45,13 @@ test: $(STAMP)
 ## Only the tests that need no PostgreSQL server.
 test-fast: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -m 'not pg'
+
+## The Prometheus alert rules: promtool check and unit tests (promtool from
+## Debian's prometheus package: .ci/prometheus-deps installs it).
+rules:
+	bash .ci/prometheus-deps
+	promtool check rules deploy/prometheus/pg-status.rules.yml
+	cd deploy/prometheus && promtool test rules pg-status.rules.test.yml
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check pgstatus twisted tests bench

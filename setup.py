@@ -53,6 +53,10 @@ setup(
             "openapi-spec-validator>=0.7,<1",
             "jsonschema>=4.18,<5",
             "prometheus-client>=0.17,<1",
+            # tests/deploy: the Kubernetes manifests and the Prometheus
+            # configuration (kubernetes-validate bundles the API schemas)
+            "pyyaml>=6,<7",
+            "kubernetes-validate>=1.28,<2",
             "ruff>=0.5",
             # `make typecheck`, the first step of `make test`; mypy-zope
             # supports a narrow range of mypy versions

@@ -93,6 +93,12 @@ class MetricsRenderer:
         yield from per_host("pgstatus_host_lag_bytes", "gauge",
                             "Replica WAL lag in bytes (absent when unknown).",
                             lambda i: hosts[i].lag_bytes)
+        yield from per_host("pgstatus_host_sync_by_time", "gauge",
+                            "The host is time-synchronous (sync_by_time in /hosts).",
+                            lambda i: hosts[i].sync_by_time)
+        yield from per_host("pgstatus_host_sync_by_bytes", "gauge",
+                            "The host is byte-synchronous (sync_by_bytes in /hosts).",
+                            lambda i: hosts[i].sync_by_bytes)
         yield from per_host("pgstatus_host_timeline", "gauge",
                             "The host's timeline (absent when unknown).",
                             lambda i: hosts[i].timeline)

@@ -52,6 +52,11 @@ def test_metrics_of_a_live_instance(guarded_topology, reactor):
         yield wait_until(reactor, lambda: all((svc.host(n.host).lag_bytes or 0) > 0
                                               for n in topo.replicas), 5, "lag on both")
         yield svc.get("/sync_by_bytes?lag_bytes=0")
+        # replay paused behind a write: the time lag grows past 1 s for good,
+        # the byte lag stays far under 1 MB
+        yield wait_until(reactor, lambda: not any(svc.host(n.host).sync_by_time
+                                                  for n in topo.replicas), 5,
+                         "both replicas out of the time-sync set")
         r = yield svc.get("/metrics")
         assert r.code == 200
         assert r.header("Content-Type") == "text/plain; version=0.0.4; charset=utf-8"
@@ -68,6 +73,12 @@ def test_metrics_of_a_live_instance(guarded_topology, reactor):
         assert value(m, "pgstatus_host_alive", host=n.host) == 1
         assert value(m, "pgstatus_host_lag_bytes", host=n.host) > 0
         assert value(m, "pgstatus_host_timeline", host=n.host) == 1
+    # the sync flags, as /hosts shows them
+    assert value(m, "pgstatus_host_sync_by_time", host=primary) == 1
+    assert value(m, "pgstatus_host_sync_by_bytes", host=primary) == 1
+    for n in topo.replicas:
+        assert value(m, "pgstatus_host_sync_by_time", host=n.host) == 0
+        assert value(m, "pgstatus_host_sync_by_bytes", host=n.host) == 1
     for h in topo.nodes:
         assert value(m, "pgstatus_host_checks_total", host=h.host) >= 1
         assert value(m, "pgstatus_host_connections_opened_total", host=h.host) == 1
