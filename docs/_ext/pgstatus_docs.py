@@ -165,8 +165,13 @@ def openapi_markdown(doc: dict[str, Any]) -> str:
 
 def setup(app: Sphinx) -> dict[str, Any]:
     """
-    Register the two directives.
+    Register the two directives and the ``haproxy`` code-block language.
     """
+    from pygments.lexers.special import TextLexer
+
+    # the HAProxy recipes are fenced as `haproxy` so that a test can find
+    # and check them; Pygments has no lexer for the format
+    app.add_lexer("haproxy", TextLexer)
     app.add_directive("pgstatus-settings", SettingsTable)
     app.add_directive("pgstatus-openapi", OpenAPIReference)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
