@@ -26,6 +26,8 @@ source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build"]
 # a link to a variable or page that does not exist fails the -W build
 nitpicky = True
+# values and names are shown as the code writes them
+smartquotes = False
 
 html_theme = "alabaster"
 html_title = f"pg-status {version}"
