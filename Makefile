@@ -12,13 +12,13 @@ STAMP  := $(VENV)/.installed
 DAEMON_VENV ?= .venv-daemon
 DAEMON_STAMP := $(DAEMON_VENV)/.installed
 
-.PHONY: venv run test test-fast lint typecheck bench bench-hosts bench-fresh bench-rate bench-follow bench-quota bench-iterations soak clean rules
+.PHONY: venv run test test-fast lint typecheck bench bench-hosts bench-fresh bench-rate bench-follow bench-quota bench-iterations soak docs news news-check rules clean
 
 $(STAMP): setup.py pyproject.toml
 	bash .ci/system-deps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet '.[test]'
+	$(PY) -m pip install --quiet '.[test,docs]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -60,6 +60,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy pgstatus
 
+## The documentation (Sphinx, MyST Markdown) in docs/_build/html; warnings
+## are errors.  tests/docs/ builds it the same way as part of `make test`.
+docs: $(STAMP)
+	$(VENV)/bin/sphinx-build -W -q -b html docs docs/_build/html
+
+## NEWS.md from the fragments in newsfragments/ (VERSION=x.y.z); removes them.
+news: $(STAMP)
+	$(VENV)/bin/towncrier build --yes --version $(VERSION)
+
+## A branch adds a news fragment (towncrier check against main).
+news-check: $(STAMP)
+	$(VENV)/bin/towncrier check --compare-with $${NEWS_BASE:-main}
+
 ## Load benchmark (not part of `make test`); needs wrk and taskset.
 bench: $(STAMP) $(DAEMON_STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) bench/run_bench.py --twistd $(DAEMON_VENV)/bin/twistd
@@ -100,4 +113,4 @@ bench-iterations: $(STAMP) $(DAEMON_STAMP)
 	PYTHONPATH=$(CURDIR) $(DAEMON_VENV)/bin/python bench/iterations.py --repeat 17
 
 clean:
-	rm -rf $(VENV) .venv-newest $(DAEMON_VENV) build *.egg-info bench-results .pytest_cache .hypothesis
+	rm -rf docs/_build $(VENV) .venv-newest $(DAEMON_VENV) build *.egg-info bench-results .pytest_cache .hypothesis

@@ -64,6 +64,12 @@ setup(
             "mypy-zope>=1.0.17,<2",
             "types-psycopg2>=2.9,<3",
         ],
+        # `make docs` (Sphinx, MyST Markdown) and the changelog (towncrier)
+        "docs": [
+            "sphinx>=7.2,<9",
+            "myst-parser>=2,<5",
+            "towncrier>=23.10,<26",
+        ],
     },
     entry_points={
         # `twistd --nodaemon --pidfile= [options] pgstatus`, or with --daemon

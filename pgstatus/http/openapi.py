@@ -312,9 +312,9 @@ endpoint answer `503 {"error_text": "pg_monitor is not ready"}`, before any \
 parameter is validated.
 - Of a repeated query parameter the first value counts; unknown parameters are \
 ignored.
-- On any path: a request head over 16 KiB gets `431` and the connection is \
-closed; a connection over `pg_status__http_max_connections` gets `503` with an \
-empty body and is closed.
+- On any path: a request head over 16 KiB is refused at once (`400`, or the \
+connection closed for a single line that long); a connection over \
+`pg_status__http_max_connections` gets `503` with an empty body and is closed.
 """
 
 DOCUMENT: dict[str, Any] = {
