@@ -75,12 +75,14 @@ news-check: $(STAMP)
 
 ## Load benchmark (not part of `make test`); needs wrk and taskset.
 bench: $(STAMP) $(DAEMON_STAMP)
+	bash .ci/bench-deps
 	PYTHONPATH=$(CURDIR) $(PY) bench/run_bench.py --twistd $(DAEMON_VENV)/bin/twistd
 
 ## Soak (not part of `make test`): 10 minutes of checked mixed HTTP load while a
 ## replica flaps and the master fails over; RSS, fds and PostgreSQL sessions.
 ## SOAK_ARGS adds arguments, e.g. SOAK_ARGS=--launcher (the pg-status command).
 soak: $(STAMP) $(DAEMON_STAMP)
+	bash .ci/bench-deps
 	PYTHONPATH=$(CURDIR) $(PY) bench/soak.py --twistd $(DAEMON_VENV)/bin/twistd $(SOAK_ARGS)
 
 ## RSS with 1, 10 and 100 configured hosts, and the slope per host.
@@ -93,11 +95,13 @@ bench-fresh: $(STAMP)
 
 ## Latency at a fixed 10,000 requests/s.
 bench-rate: $(STAMP)
+	bash .ci/bench-deps
 	PYTHONPATH=$(CURDIR) $(PY) bench/fixed_rate.py
 
 ## Follower mode: one hub, 200 followers (sessions, hub CPU, role-change delay,
 ## fast-path cost, fallback when the hub is killed).
 bench-follow: $(STAMP)
+	bash .ci/bench-deps
 	PYTHONPATH=$(CURDIR) $(PY) bench/followers.py
 
 ## Under a CPU quota (cgroup v1, 0.1 and 0.25 vCPU): latency at fixed rates,
