@@ -204,6 +204,7 @@ class DebianChroot:
         tarball = base_tarball(packages)
         chroot = cls(tempfile.mkdtemp(prefix="pg-status-chroot.", dir="/var/tmp"))
         try:
+            os.chmod(chroot.root, 0o755)  # it becomes /: mkdtemp made it 0700
             subprocess.run(["tar", "--numeric-owner", "-C", chroot.root, "-xf", tarball],
                            check=True, capture_output=True)
             chroot._prepare()
