@@ -70,8 +70,10 @@ for pass in 1 2; do
         [ "$tags" = 0 ] && "$DOCKER" image rm "$id" >/dev/null 2>&1 || true
     done
 done
-left=$(for id in $new; do "$DOCKER" image inspect --format '{{len .RepoTags}} {{.Id}}' "$id" \
-    2>/dev/null | awk '$1 == 0 {print $2}'; done)
+left=$(for id in $new; do
+    tags=$("$DOCKER" image inspect --format '{{len .RepoTags}}' "$id" 2>/dev/null) || continue
+    if [ "$tags" = 0 ]; then echo "$id"; fi
+done)
 if [ -n "$left" ]; then
     log "build failed (status $status); could not remove the images it left: $left"
 else
