@@ -204,9 +204,10 @@ class DebianChroot:
         tarball = base_tarball(packages)
         chroot = cls(tempfile.mkdtemp(prefix="pg-status-chroot.", dir="/var/tmp"))
         try:
-            os.chmod(chroot.root, 0o755)  # it becomes /: mkdtemp made it 0700
             subprocess.run(["tar", "--numeric-owner", "-C", chroot.root, "-xf", tarball],
                            check=True, capture_output=True)
+            # it is /, for every user (mkdtemp, here and for debootstrap, made it 0700)
+            os.chmod(chroot.root, 0o755)
             chroot._prepare()
         except BaseException:
             chroot.close()
