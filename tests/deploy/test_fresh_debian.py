@@ -116,7 +116,9 @@ def test_make_run_on_fresh_debian(fresh_debian: DebianChroot, tmp_path: Any) -> 
         except TimeoutError as e:
             raise AssertionError(str(e)) from None
         assert (status, body) == (200, "127.0.0.1"), f"{status} {body}\n{_tail(log)}"
-        assert "pg-status is ready" in _tail(log, 200)
+        # the banner with the nodes and the commands to try follows /ready
+        poll(lambda: "pg-status is ready" in _tail(log, 200), 30, "make run's banner",
+             context=lambda: _tail(log))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal
