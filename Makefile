@@ -14,9 +14,11 @@ DAEMON_STAMP := $(DAEMON_VENV)/.installed
 
 .PHONY: venv run test test-fast lint typecheck bench bench-hosts bench-fresh bench-rate bench-follow bench-quota bench-iterations soak docs news news-check rules clean
 
+# A venv without a working pip (what a first try leaves when python3-venv was
+# missing) is made again from scratch.
 $(STAMP): setup.py pyproject.toml
-	bash .ci/system-deps
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	PYTHON=$(PYTHON) bash .ci/system-deps
+	$(PY) -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet '.[test,docs]'
 	touch $(STAMP)
@@ -24,7 +26,8 @@ $(STAMP): setup.py pyproject.toml
 venv: $(STAMP)
 
 $(DAEMON_STAMP): setup.py pyproject.toml $(STAMP) $(shell find pgstatus twisted -name '*.py')
-	test -x $(DAEMON_VENV)/bin/python || $(PYTHON) -m venv $(DAEMON_VENV)
+	$(DAEMON_VENV)/bin/python -m pip --version >/dev/null 2>&1 \
+		|| { rm -rf $(DAEMON_VENV) && $(PYTHON) -m venv $(DAEMON_VENV); }
 	$(DAEMON_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(DAEMON_VENV)/bin/python -m pip install --quiet .
 	touch $(DAEMON_STAMP)

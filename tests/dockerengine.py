@@ -231,45 +231,35 @@ def base_images(engine: DockerEngine) -> Images:
                   PG_STATUS_IMAGE)
 
 
-def build_context(directory: str) -> str:
+#: this machine's extra CA certificates (a TLS-intercepting proxy in front
+#: of the package index), handed to the build as docker/build.sh documents
+EXTRA_CAS = "/usr/local/share/ca-certificates"
+BUILD_SCRIPT = os.path.join(ROOT, "docker", "build.sh")
+
+
+def build_env(engine: DockerEngine, **extra: str) -> dict[str, str]:
     """
-    Copy what ``docker/Dockerfile`` needs from the work tree into
-    ``directory`` (what ``.dockerignore`` lets through), plus this machine's
-    extra CA certificates (a TLS-intercepting proxy in front of the package
-    index) into ``docker/ca-certificates/``.  Nothing is written into the
-    work tree.
+    The environment for ``docker/build.sh`` against ``engine``: its client,
+    and ``CA_CERTS`` naming this machine's extra CA certificates when it has
+    some (pip settings such as ``PIP_INDEX_URL`` pass through as set).
     """
-    for name in ("setup.py", "pyproject.toml", "README.md", ".dockerignore"):
-        shutil.copy(os.path.join(ROOT, name), directory)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "dropin.cache")
-    for name in ("pgstatus", "twisted"):
-        shutil.copytree(os.path.join(ROOT, name), os.path.join(directory, name), ignore=ignore)
-    docker = os.path.join(directory, "docker")
-    os.makedirs(os.path.join(docker, "ca-certificates"))
-    for name in ("Dockerfile", "healthcheck.sh"):
-        shutil.copy(os.path.join(ROOT, "docker", name), docker)
-    extra = "/usr/local/share/ca-certificates"
-    if os.path.isdir(extra):
-        for name in os.listdir(extra):
-            if name.endswith(".crt"):
-                shutil.copy(os.path.join(extra, name), os.path.join(docker, "ca-certificates"))
-    return directory
+    env = engine.env(DOCKER=engine.client, **extra)
+    if os.path.isdir(EXTRA_CAS) and any(n.endswith(".crt") for n in os.listdir(EXTRA_CAS)):
+        env.setdefault("CA_CERTS", EXTRA_CAS)
+    return env
 
 
 def build_pg_status(engine: DockerEngine, images: Images) -> None:
     """
-    Build ``docker/Dockerfile`` as ``images.pg_status`` on ``images.python``,
-    with host networking, passing the pip settings of this environment.
+    Build ``docker/Dockerfile`` as ``images.pg_status`` on ``images.python``
+    with ``docker/build.sh`` (as users do), with host networking.
     """
-    args = ["build", "--network", "host", "--force-rm", "-f", "docker/Dockerfile",
-            "-t", images.pg_status,
-            "--build-arg", f"PYTHON_IMAGE={images.python}"]
-    for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST"):
-        if os.environ.get(name):
-            args += ["--build-arg", f"{name}={os.environ[name]}"]
-    with tempfile.TemporaryDirectory(prefix="pg-status-build.") as ctx:
-        build_context(ctx)
-        engine.run([*args, "."], timeout=900, cwd=ctx)
+    out = subprocess.run(["bash", BUILD_SCRIPT, "--network", "host"],
+                         env=build_env(engine, TAG=images.pg_status, PYTHON_IMAGE=images.python),
+                         capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"docker/build.sh failed ({out.returncode}):\n"
+                           f"{out.stdout[-5000:]}{out.stderr[-5000:]}")
     if engine.owned:
         # earlier builds' stages pile up in our data root; keep a day's cache
         engine.run(["image", "prune", "-f", "--filter", "until=24h"])

@@ -56,6 +56,8 @@ class Demo:
             demo = yaml.safe_load(f)
         demo["services"]["proxy"].pop("networks")
         demo["services"]["pg-status"].pop("ports")
+        #: the engine's networks before the demo (names)
+        self.networks_before = engine.run(["network", "ls", "--format", "{{.Name}}"]).stdout.split()
         self.file = os.path.join(workdir, "docker-compose.yml")
         with open(self.file, "w") as f:
             yaml.safe_dump(demo, f)
@@ -88,24 +90,29 @@ def demo(docker_engine: DockerEngine, docker_images: Images, tmp_path: Any) -> I
             pytest.fail(message)
         pytest.skip(message)
     d = Demo(docker_engine, docker_images, str(tmp_path))
-    networks_before = set(docker_engine.run(["network", "ls", "-q"]).stdout.split())
     try:
         yield d
     finally:
         d.compose("down", "-v", "--remove-orphans", timeout=120)
     # host networking only: the demo never created a network
-    assert set(docker_engine.run(["network", "ls", "-q"]).stdout.split()) == networks_before
+    after = docker_engine.run(["network", "ls", "--format", "{{.Name}}"]).stdout.split()
+    assert sorted(after) == sorted(d.networks_before)
 
 
 def test_compose_demo(demo: Demo) -> None:
     """
-    ``up``: /hosts shows three alive hosts, one of them (pg-1, the primary
+    ``up``: no network is created (the engine's list is unchanged while the
+    demo runs); /hosts shows three alive hosts, one of them (pg-1, the primary
     behind the proxy) master; stopping the primary's container makes pg-1
     dead and leaves no master; ``down -v`` leaves no container, volume or
     network of the project behind.
     """
     demo.compose("up", "-d", "--no-build", timeout=600)
     base = f"http://127.0.0.1:{demo.port}"
+    # while it runs: host networking only, no network of the project's
+    running = demo.engine.run(["network", "ls", "--format", "{{.Name}}"]).stdout.split()
+    assert sorted(running) == sorted(demo.networks_before), running
+    assert demo.leftovers()["networks"] == []
 
     def hosts() -> list[dict[str, Any]] | None:
         code, body = get(base + "/hosts")
