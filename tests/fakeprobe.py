@@ -8,8 +8,8 @@ from __future__ import annotations
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 
+from pgstatus.monitor.failures import CheckFailed
 from pgstatus.monitor.lag import Observation
-from pgstatus.monitor.probe import CheckFailed
 from pgstatus.monitor.turns import Deadline
 
 

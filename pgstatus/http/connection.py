@@ -22,14 +22,21 @@ from __future__ import annotations
 import socket
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet.error import ConnectionDone
-from twisted.internet.interfaces import IPushProducer, IReadWriteDescriptor, ISSLTransport
+from twisted.internet.interfaces import (
+    IProtocol,
+    IPushProducer,
+    IReadWriteDescriptor,
+    ISSLTransport,
+)
 from twisted.internet.protocol import Protocol, connectionDone
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import directlyProvides, implementer, providedBy
 
 from pgstatus.http.answer import Response
 from pgstatus.http.head import Head, plausible
+
+log = Logger(namespace="pgstatus.http")
 
 #: what a read at connection takes at most (the transport's own read size)
 READ_SIZE = 65536
@@ -93,9 +100,13 @@ class ShortcutProtocol(Protocol):
         if not ISSLTransport.providedBy(transport):
             get_handle = getattr(transport, "getHandle", None)
             handle = get_handle() if get_handle is not None else None
-        if isinstance(handle, socket.socket) and IReadWriteDescriptor.providedBy(transport):
+        if isinstance(handle, socket.socket):
             self._sock = handle
-            self._read_at_once(handle)
+            # only the reactor's own TCP and UNIX transports: a wrapper
+            # (e.g. the haproxy: endpoint's, itself a protocol) has bytes of
+            # its own to read first
+            if IReadWriteDescriptor.providedBy(transport) and not IProtocol.providedBy(transport):
+                self._read_at_once(handle)
 
     def _read_at_once(self, sock: socket.socket) -> None:
         """
@@ -104,15 +115,25 @@ class ShortcutProtocol(Protocol):
         this usually answers it without waiting a reactor turn for the
         socket to be reported readable.  Safe because the transport reads
         nothing of its own before the reactor reports the socket readable;
-        an end of stream or error is left for the transport to find at its
-        own next read (both stay reported).
+        an end of stream is left for the transport to find at its own next
+        read (it stays reported), an error closes the connection now.
         """
         try:
             data = sock.recv(READ_SIZE)
-        except OSError:
+        except (BlockingIOError, InterruptedError):
             return
-        if data:
+        except OSError:
+            self.transport.abortConnection()
+            return
+        if not data:
+            return
+        try:
             self.dataReceived(data)
+        except Exception:
+            # a fault of ours, not of the client's bytes: as the reactor
+            # would for a read, log it and drop the connection
+            log.failure("answering a connection's first bytes")
+            self.transport.abortConnection()
 
     def dataReceived(self, data: bytes) -> None:
         if self.channel is not None:
@@ -180,23 +201,7 @@ class ShortcutProtocol(Protocol):
             self._buf = b""
             self._closed = True
             self.release()
-            if self._sock is not None:
-                self._close_now()
-            else:
-                self.transport.loseConnection()
-
-    def _close_now(self) -> None:
-        """
-        Close a connection whose every answer went straight to the socket
-        (nothing was ever queued on the transport): what the reactor does
-        once a closing transport's buffer is empty, now, through the
-        transport's :meth:`~twisted.internet.interfaces.IFileDescriptor.connectionLost`
-        (which stops reading and closes the socket in order, FIN not RST),
-        instead of a reactor turn and two epoll changes later
-        (``loseConnection`` waits to be told the socket is writable).
-        """
-        self._sock = None
-        self.transport.connectionLost(Failure(ConnectionDone()))
+            self.transport.loseConnection()
 
     def _send(self, data: bytes) -> None:
         """

@@ -1,19 +1,20 @@
 """
 The shortcut reads what arrived with a connection as the connection is made
-(with ``TCP_DEFER_ACCEPT`` the request is there already) and closes a
-connection whose answers all went straight to the socket at once, through
-the transport's ``connectionLost``, not a reactor turn later.  Driven with a
+(with ``TCP_DEFER_ACCEPT`` the request is there already).  Driven with a
 transport over one end of a real socket pair, so that "at once" means
-"before ``makeConnection`` returns".
+"before ``makeConnection`` returns"; then on real listeners, including a
+``haproxy:`` one, whose wrapper must read the PROXY header first.
 """
 
 from __future__ import annotations
 
 import socket
 
+import pytest
+import pytest_twisted
 from http_apis import make_api, make_site
 from test_shortcut import CONFIG, view
-from twisted.internet.error import ConnectionDone
+from twisted.internet import task
 from twisted.internet.interfaces import IReadWriteDescriptor, ITCPTransport
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
@@ -83,14 +84,15 @@ def read_available(peer: socket.socket) -> bytes:
         out += chunk
 
 
-def test_request_with_close_is_answered_and_closed_before_make_connection_returns():
+def test_request_with_close_is_answered_before_make_connection_returns():
     site, transport, peer = connected(b"GET /master HTTP/1.1\r\nConnection: close\r\n\r\n")
     got = read_available(peer)
     assert got.startswith(b"HTTP/1.1 200 OK\r\nConnection: close\r\n")
-    assert got.endswith(b"\r\n\r\npg-1<EOF>")
-    assert [r.type for r in transport.lost] == [ConnectionDone]
-    assert site.connections == 0 and site.open_connections() == []
+    assert got.endswith(b"\r\n\r\npg-1")
+    # closed the usual way, once the transport has written what it holds
+    assert transport.disconnecting and transport.lost == []
     assert transport.value() == b"" and transport.producer is None
+    peer.close()
 
 
 def test_keep_alive_request_is_answered_at_once_and_stays_open():
@@ -100,14 +102,16 @@ def test_keep_alive_request_is_answered_at_once_and_stays_open():
     assert transport.lost == [] and site.connections == 1
     # the next request comes through the transport as usual
     transport.protocol.dataReceived(b"GET /version HTTP/1.1\r\nConnection: close\r\n\r\n")
-    assert read_available(peer).endswith(b"\r\n\r\n9.9.9<EOF>")
-    assert site.connections == 0
+    assert read_available(peer).endswith(b"\r\n\r\n9.9.9")
+    assert transport.disconnecting
+    peer.close()
 
 
 def test_nothing_arrived_yet_nothing_happens():
     site, transport, peer = connected(b"")
     assert read_available(peer) == b""
     assert transport.lost == [] and site.connections == 1
+    peer.close()
 
 
 def test_a_transport_that_is_not_a_file_descriptor_is_not_read_at_once():
@@ -115,6 +119,10 @@ def test_a_transport_that_is_not_a_file_descriptor_is_not_read_at_once():
                                       provides_descriptor=False)
     assert read_available(peer) == b""
     assert transport.value() == b"" and site.connections == 1
+    # the request is still there for the transport to read
+    assert transport.sock.recv(4096).startswith(b"GET /master ")
+    peer.close()
+    transport.sock.close()
 
 
 @implementer(ITCPTransport)
@@ -130,3 +138,76 @@ class _PlainTransport(StringTransport):
 
     def getHandle(self) -> socket.socket:
         return self.sock
+
+
+def _exchange(port: int, payload: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(payload)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        return out
+
+
+@pytest.fixture
+def listening(reactor):
+    """
+    Listen for the API on a real endpoint; stopped afterwards.
+    """
+    ports = []
+
+    def listen(make_endpoint):
+        v = view()
+        site = make_site(make_api(lambda: v, CONFIG, "9.9.9"), reactor)
+        # these endpoints listen at once: the Deferred has fired
+        got: list = []
+        make_endpoint().listen(site).addBoth(got.append)
+        port = got[0]
+        ports.append(port)
+        return site, port.getHost().port
+
+    yield listen
+    for p in ports:
+        pytest_twisted.blockon(p.stopListening())
+
+
+@pytest_twisted.inlineCallbacks
+def test_deferred_accept_listener_answers_and_closes_in_order(reactor, listening):
+    """
+    On the default listener (TCP_DEFER_ACCEPT, the request read as the
+    connection is made) pipelined requests in the first segment are all
+    answered, the last asks to close: the client reads every answer and
+    then the end of the stream, and the connection is gone.
+    """
+    from twisted.internet import threads
+
+    from pgstatus.listening import deferred_accept_candidates
+
+    site, port = listening(deferred_accept_candidates(reactor, "127.0.0.1", 0, 10)[0][1])
+    got = yield threads.deferToThread(
+        _exchange, port, b"GET /master HTTP/1.1\r\n\r\nGET /version HTTP/1.1\r\n\r\n"
+                         b"GET /live HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert got.count(b"HTTP/1.1 200 OK\r\n") == 3
+    assert got.endswith(b"\r\n\r\nOK") or got.endswith(b"\r\n\r\n")
+    for _ in range(200):
+        if site.connections == 0:
+            break
+        yield task.deferLater(reactor, 0.01, lambda: None)
+    assert site.connections == 0 and site.open_connections() == []
+
+
+@pytest_twisted.inlineCallbacks
+def test_haproxy_listener_reads_the_proxy_header_first(reactor, listening):
+    """
+    A ``haproxy:`` endpoint wraps the transport; the PROXY header sent in
+    the same segment as the request is the wrapper's to read, so the
+    shortcut must not read the socket itself (it answered 400 when it did).
+    """
+    from twisted.internet import threads
+    from twisted.internet.endpoints import serverFromString
+
+    site, port = listening(lambda: serverFromString(reactor, "haproxy:tcp:0:interface=127.0.0.1"))
+    got = yield threads.deferToThread(
+        _exchange, port, b"PROXY TCP4 10.1.2.3 127.0.0.1 40000 8000\r\n"
+                         b"GET /master HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 200 OK\r\n") and got.endswith(b"\r\n\r\npg-1")

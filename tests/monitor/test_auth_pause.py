@@ -15,7 +15,8 @@ import pytest_twisted
 
 from pgstatus.config.environ import load_config
 from pgstatus.config.provider import ConfigProvider
-from pgstatus.monitor.probe import CheckFailed, PostgresProbe
+from pgstatus.monitor.failures import CheckFailed
+from pgstatus.monitor.probe import PostgresProbe
 from pgstatus.monitor.turns import ConnectTurns, Deadline
 from service import blocking
 

@@ -26,7 +26,8 @@ from twisted.internet.task import deferLater
 
 from pgstatus.config.environ import load_config
 from pgstatus.config.provider import ConfigProvider
-from pgstatus.monitor.probe import CheckFailed, PostgresProbe
+from pgstatus.monitor.failures import CheckFailed
+from pgstatus.monitor.probe import PostgresProbe
 from pgstatus.monitor.scheduler import MAX_DEAD_PERIOD
 from pgstatus.monitor.turns import ConnectTurns, Deadline
 from service import RunningService, blocking, wait_until

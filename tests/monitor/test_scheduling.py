@@ -12,7 +12,7 @@ from twisted.internet.task import Clock
 
 from pgstatus.config.environ import load_config
 from pgstatus.config.provider import ConfigProvider
-from pgstatus.monitor.probe import CheckFailed
+from pgstatus.monitor.failures import CheckFailed
 from pgstatus.monitor.service import MonitorService
 from pgstatus.monitor.turns import AUTH_PAUSE, ConnectTurns, Deadline
 
