@@ -4,4 +4,4 @@ which one is the master, which replica to read from and how far each
 replica lags behind.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -120,14 +120,17 @@ def shown_address(host: object, label: str) -> tuple[str, object]:
     """
     The ``address`` and ``port`` a start line names for a listening port's
     address: host and port number for TCP (as the original service logs
-    them); for a UNIX socket its path as text and ``port=unix``; else the
+    them); for a UNIX socket its path as text (``@name`` for the abstract
+    namespace) and ``port=unix``; else the
     candidate's label and ``-``.
     """
     if isinstance(host, UNIXAddress):
         name: object = host.name
         if isinstance(name, bytes):
             name = name.decode("utf-8", "backslashreplace")
-        return str(name), "unix"
+        text = str(name)
+        # an abstract-namespace socket's name starts with NUL: shown as "@"
+        return ("@" + text[1:] if text.startswith("\0") else text), "unix"
     address = getattr(host, "host", None)
     port = getattr(host, "port", None)
     if address is None or port is None:

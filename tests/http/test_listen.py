@@ -278,5 +278,20 @@ def test_start_line_names_a_unix_socket_path_as_text(reactor, tmp_path):
         assert shown == [f"server started address={path} port=unix",
                          f"server started address=127.0.0.1 port={number}"]
     finally:
-        unix.stopService()
-        tcp.stopService()
+        for svc in (unix, tcp):
+            pytest_twisted.blockon(svc.stopService() or _done())
+
+
+def test_shown_address_forms():
+    """
+    The start line's address and port for each kind of listening address.
+    """
+    from twisted.internet.address import IPv4Address, UNIXAddress
+
+    from pgstatus.listening import shown_address
+
+    assert shown_address(IPv4Address("TCP", "127.0.0.1", 8000), "x") == ("127.0.0.1", 8000)
+    assert shown_address(UNIXAddress(b"/run/pg-status/http.sock"), "x") == (
+        "/run/pg-status/http.sock", "unix")
+    assert shown_address(UNIXAddress(b"\0pg-status"), "x") == ("@pg-status", "unix")
+    assert shown_address(object(), "label") == ("label", "-")
