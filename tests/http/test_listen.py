@@ -255,6 +255,7 @@ def test_dribbling_head_is_cut_after_the_hand_over_too(reactor, serve):
     assert cut_after < 3.0, cut_after
 
 
+@pytest_twisted.inlineCallbacks
 def test_start_line_names_a_unix_socket_path_as_text(reactor, tmp_path):
     """
     The start line of a UNIX socket listener names its path as text (not
@@ -279,7 +280,7 @@ def test_start_line_names_a_unix_socket_path_as_text(reactor, tmp_path):
                          f"server started address=127.0.0.1 port={number}"]
     finally:
         for svc in (unix, tcp):
-            pytest_twisted.blockon(svc.stopService() or _done())
+            yield svc.stopService() or _done()
 
 
 def test_shown_address_forms():
