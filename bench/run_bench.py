@@ -546,6 +546,27 @@ class Bench:
         log(f"{name} pid {p.pid} listening on :{port}")
         return p, port, logfile
 
+    def start_other(self) -> tuple[subprocess.Popen[Any], int, str]:
+        """
+        The ``--other`` service (a drop-in replacement, such as the original
+        C service built elsewhere), with pg-status's environment: ready once
+        ``/master`` names the primary (an older build may have no ``/ready``).
+        """
+        assert self.topo is not None
+        port = free_port()
+        logfile = os.path.join(self.tmp, "other.log")
+        cmd = ["taskset", "-c", str(SERVER_CORE), self.args.other]
+        with open(logfile, "ab") as out:
+            p = self.procs.start("other", cmd, env=self.service_env(port), stdout=out)
+        wait_port(port, p, 60, "other", logfile)
+        deadline = time.monotonic() + 60
+        while http_get(port, "/master")[1].decode(errors="replace") != self.topo.primary.host:
+            if p.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"--other did not answer /master\n{tail(logfile)}")
+            time.sleep(0.2)
+        log(f"other pid {p.pid} answering on :{port} ({' '.join(cmd)})")
+        return p, port, logfile
+
     def daemon_python(self) -> str:
         """The python of the environment the service runs in (next to twistd)."""
         return os.path.join(os.path.dirname(self.args.twistd), "python")
@@ -816,6 +837,9 @@ class Bench:
         ceil, ceil_port, _ = self.start_ceiling()
         self.results["ceiling_rss_start_mib"] = rss_kib(ceil.pid) / 1024
         dceil, dceil_port, _ = self.start_ceiling(direct=True)
+        other = self.start_other() if args.other else None
+        if other is not None:
+            meta["other_cmd"] = f"taskset -c {SERVER_CORE} {args.other}"
 
         wanted = set(args.profiles.split(",")) if args.profiles else None
         for prof in profiles():
@@ -825,10 +849,12 @@ class Bench:
                 lsn = self.lsn_for(prof, svc_port)
                 checks = self.check_answers(svc_port, prof, lsn)
                 log(f"{prof.key}: service (lsn={lsn}) answers={checks}")
-                m = self.measure([("service", svc.pid, svc_port),
-                                  ("ceiling", ceil.pid, ceil_port),
-                                  ("ceiling_direct", dceil.pid, dceil_port)],
-                                 prof, lsn, primary)
+                servers = [("service", svc.pid, svc_port),
+                           ("ceiling", ceil.pid, ceil_port),
+                           ("ceiling_direct", dceil.pid, dceil_port)]
+                if other is not None:
+                    servers.append(("other", other[0].pid, other[1]))
+                m = self.measure(servers, prof, lsn, primary)
                 s, c, d = m["service"], m["ceiling"], m["ceiling_direct"]
                 for name, x in m.items():
                     log(f"{prof.key}: {name} {x['rps']:.0f} req/s, "
@@ -842,6 +868,7 @@ class Bench:
                 "requests": prof.reqs, "headers": prof.headers, "lsn_kind": prof.lsn,
                 "lsn": lsn, "preflight": checks, "service": s, "ceiling": c,
                 "ceiling_direct": d, "ratio": ratios(s, c), "ratio_direct": ratios(s, d),
+                "other": m.get("other"),
                 "target_cpu_ratio": prof.target,
                 "meets_target": (None if prof.target is None
                                  else ratios(s, c)["cpu_us_per_req"] <= prof.target),
@@ -878,6 +905,9 @@ class Bench:
 
         self.procs.stop(ceil)
         self.procs.stop(dceil)
+        if other is not None:
+            self.results["other_rss_end_mib"] = rss_kib(other[0].pid) / 1024
+            self.procs.stop(other[0])
         self.writer.stop()
         self.writer.join(5)
         self.results["writer"] = {
@@ -1120,7 +1150,32 @@ def markdown(results: dict[str, Any]) -> str:
                      "`/most_sync_by_bytes`, 5% `/sync_by_time_and_bytes`, 5% `/hosts`.")
     notes.append(f"Total bench runtime {meta.get('runtime_s', float('nan')):.0f} s.")
     out += [f"- {n}" for n in notes]
+    out += side_by_side(results)
     return "\n".join(out) + "\n"
+
+
+def side_by_side(results: dict[str, Any]) -> list[str]:
+    """
+    The ``--other`` service's rows (same runs, interleaved with the others).
+    """
+    rows = [p for p in results["profiles"] if p.get("other")]
+    if not rows:
+        return []
+    out = ["", f"### Side by side with `{results['meta'].get('other_cmd', 'other')}`", "",
+           "| Profile | other µs/req (× ceiling) | other req/s | other p99 ms "
+           "| pg-status µs/req | pg-status ÷ other |",
+           "|---|---:|---:|---:|---:|---:|"]
+    for p in rows:
+        o, s, c = p["other"], p["service"], p["ceiling"]
+        out.append(
+            f"| {p['title']} | {o['cpu_us_per_req']:.1f} "
+            f"({o['cpu_us_per_req'] / c['cpu_us_per_req']:.2f}×) | {_fmt_int(o['rps'])} "
+            f"| {o['p99_ms']:.2f} | {s['cpu_us_per_req']:.1f} "
+            f"| {s['cpu_us_per_req'] / o['cpu_us_per_req']:.2f}× |")
+    if "other_rss_end_mib" in results:
+        out += ["", f"- RSS of the other service after the profiles: "
+                f"{results['other_rss_end_mib']:.1f} MiB."]
+    return out
 
 
 def _cpu_model() -> str:
@@ -1193,6 +1248,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="twistd of the environment the service runs in (default: the "
                         "test venv's; `make bench` uses the daemon's own install, "
                         ".venv-daemon, without the test and client extras)")
+    parser.add_argument("--other", default=os.environ.get("PGSTATUS_BENCH_OTHER"),
+                        help="also measure this drop-in service binary (started with the "
+                        "same pg_status__* environment), e.g. a build of the original C "
+                        "service; default $PGSTATUS_BENCH_OTHER")
     args = parser.parse_args(argv)
     if args.quick:
         args.duration, args.warmup, args.idle_seconds, args.rounds = 1, 1, 3.0, 1
