@@ -276,7 +276,14 @@ def exec_charges(topo: PgTopology, engine, image: str, runs: int = 15) -> dict:
 
 def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float,
               twistd: str, engine=None, image: str | None = None,
-              healthcheck: bool = True) -> dict:
+              healthcheck: bool = True, other: str | None = None) -> dict:
+    """
+    One service in a quota of ``cpus``: pg-status (``twistd``), its image,
+    or ``other``, a drop-in service binary started with the same
+    environment (such as a build of the original C service), whose start is
+    timed to its first ``/master`` naming the primary, polled every 50 ms
+    (an older build may have neither ``/ready`` nor pg-status's log lines).
+    """
     port = free_port()
     env = {**topo.hosts_env(), "pg_status__http_listen_address": "127.0.0.1",
            "pg_status__http_port": str(port)}
@@ -285,7 +292,8 @@ def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float,
     if image is None:
         group = Cgroup(f"pgstatus-bench-{os.getpid()}", cpus)
         enter = " ".join(f"echo $$ > {f};" for f in group.procs_files())
-        proc = subprocess.Popen(["sh", "-c", f"{enter} {start_command(twistd)}"],
+        command = f"exec {other}" if other else start_command(twistd)
+        proc = subprocess.Popen(["sh", "-c", f"{enter} {command}"],
                                 env=daemon_env(env), cwd="/",
                                 stdout=log, stderr=subprocess.STDOUT)
 
@@ -314,22 +322,30 @@ def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float,
         def log_lines() -> list[str]:
             out = engine.run(["logs", cid])
             return (out.stdout + out.stderr).splitlines()
-    what = ("pip install ., pg-status" if os.path.basename(twistd) == "pg-status"
+    what = f"other: {other}" if other else ("pip install ., pg-status"
+                                            if os.path.basename(twistd) == "pg-status"
             else "pip install .") if image is None else \
         "image, opt-in health check every 5 s" if healthcheck else "image"
     result: dict = {"cpus": cpus, "rates": [], "what": what}
     try:
+        if other:
+            while get(port, "/master") != (200, topo.primary.host):
+                if time.time() - t0 > 120:
+                    raise RuntimeError(f"{other} did not answer /master within 120 s")
+                time.sleep(0.05)
+            result["ready_s"] = result["live_s"] = round(time.time() - t0, 2)
         # asked seldom, so that asking does not spend the quota; the times
         # come from the service's own log lines
-        while get(port, "/ready")[0] != 200:
+        while not other and get(port, "/ready")[0] != 200:
             if time.time() - t0 > 120:
                 raise RuntimeError("not ready within 120 s")
             time.sleep(0.25)
-        lines = log_lines()
-        ready = next(_log_time(x) for x in lines if " monitor: monitor ready" in x)
-        live = next(_log_time(x) for x in lines if " http: server started " in x)
-        result["ready_s"] = round(ready - t0, 2)
-        result["live_s"] = round(live - t0, 2)
+        if not other:
+            lines = log_lines()
+            ready = next(_log_time(x) for x in lines if " monitor: monitor ready" in x)
+            live = next(_log_time(x) for x in lines if " http: server started " in x)
+            result["ready_s"] = round(ready - t0, 2)
+            result["live_s"] = round(live - t0, 2)
         if image is not None:
             # the container's process started this long after `docker run`
             started = engine.run(["inspect", "-f", "{{.State.StartedAt}}", cid]).stdout.strip()
@@ -381,6 +397,10 @@ def main() -> int:
                     help="run the pg-status command (next to --twistd) instead of twistd")
     ap.add_argument("--image", action="store_true",
                     help="also measure the Docker image (docker run --cpus)")
+    ap.add_argument("--other", default=os.environ.get("PGSTATUS_BENCH_OTHER"),
+                    help="also measure this drop-in service binary, e.g. a build of the "
+                    "original C service (start timed to its first /master); default "
+                    "$PGSTATUS_BENCH_OTHER")
     args = ap.parse_args()
     args.twistd = os.path.abspath(args.twistd)
     if args.launcher:
@@ -405,6 +425,9 @@ def main() -> int:
             return 0
         for cpus in args.cpus:
             results.append(run_quota(topo, cpus, args.rates, args.seconds, args.twistd))
+            if args.other:
+                results.append(run_quota(topo, cpus, args.rates, args.seconds, args.twistd,
+                                         other=args.other))
         if args.image:
             from dockerengine import DockerEngine, base_images, build_pg_status
 
