@@ -75,6 +75,9 @@ class ShortcutProtocol(Protocol):
         self._closed = False
         self._head_since: float | None = None
         self._active_at = 0.0
+        #: when the shortcut asked the transport to close (it first sends
+        #: what it holds, which a client that does not read can hold up)
+        self._closing_since: float | None = None
         #: the last bytes forwarded after the hand-over, to find head ends
         self._tail = b""
 
@@ -202,15 +205,21 @@ class ShortcutProtocol(Protocol):
             # The last answer goes through the transport, which sends it and
             # closes in the same turn.  Sent straight to the socket, it
             # reached the client a turn before the close, so the client
-            # closed first: with a connection per request that cost 17 %
-            # more CPU and a p99 five times longer (bench/README.md).
+            # closed first and held the TIME_WAIT (bench/README.md).
             self._sock = None
         self._send(before + site.date.line() + after)
         if parsed.close:
             self._buf = b""
             self._closed = True
-            self.release()
-            self.transport.loseConnection()
+            self._close_gently()
+
+    def _close_gently(self) -> None:
+        """
+        Close once the transport has sent what it holds.
+        """
+        self.release()
+        self._closing_since = self.site.clock.seconds()
+        self.transport.loseConnection()
 
     def _send(self, data: bytes) -> None:
         """
@@ -269,9 +278,16 @@ class ShortcutProtocol(Protocol):
     def check_deadlines(self, now: float) -> None:
         """
         Close the connection if its request head is overdue, or if it sat
-        idle too long before any hand-over.
+        idle too long before any hand-over; abort it if, closing, it still
+        holds answers a client has not read for as long.
         """
         site = self.site
+        closing = self._closing_since
+        if closing is not None:
+            if now - closing > site.idle_timeout:
+                self._closing_since = None
+                self.transport.abortConnection()
+            return
         since = self._head_since
         if since is not None and now - since > site.header_timeout:
             self._head_since = None
@@ -280,8 +296,7 @@ class ShortcutProtocol(Protocol):
             return
         if self.channel is None and not self._waiting and not self._buf \
                 and now - self._active_at > site.idle_timeout:
-            self.release()
-            self.transport.loseConnection()
+            self._close_gently()
 
     # -- IPushProducer: the transport's buffer ----------------------------------
     def _update_reading(self) -> None:

@@ -15,10 +15,13 @@ import pytest_twisted
 from http_apis import make_api, make_site
 from test_shortcut import CONFIG, view
 from twisted.internet import task
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReadWriteDescriptor, ITCPTransport
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from zope.interface import implementer
+
+from pgstatus.http.answer import text
 
 
 @implementer(ITCPTransport, IReadWriteDescriptor)
@@ -51,10 +54,12 @@ class SocketTransport(StringTransport):
         self.protocol.connectionLost(reason)
 
 
-def connected(request: bytes, provides_descriptor: bool = True):
+def connected(request: bytes, provides_descriptor: bool = True, answer=None, **limits):
     """
     A shortcut connection over a socket pair whose peer sent ``request``
     before the connection was made; returns (site, transport, peer).
+
+    :param answer: wraps the answer function: ``answer(real)`` is used.
     """
     server, peer = socket.socketpair()
     server.setblocking(False)
@@ -63,7 +68,9 @@ def connected(request: bytes, provides_descriptor: bool = True):
         peer.sendall(request)
     clock = Clock()
     v = view()
-    site = make_site(make_api(lambda: v, CONFIG, "9.9.9"), clock)
+    site = make_site(make_api(lambda: v, CONFIG, "9.9.9"), clock, **limits)
+    if answer is not None:
+        site.answer = answer(site.answer)
     transport = SocketTransport(server) if provides_descriptor else _PlainTransport(server)
     protocol = site.buildProtocol(None)
     transport.protocol = protocol
@@ -84,7 +91,7 @@ def read_available(peer: socket.socket) -> bytes:
         out += chunk
 
 
-def test_request_with_close_is_answered_before_make_connection_returns():
+def test_request_with_close_is_queued_with_the_close_before_make_connection_returns():
     site, transport, peer = connected(b"GET /master HTTP/1.1\r\nConnection: close\r\n\r\n")
     # the last answer is left to the transport, which sends it and closes
     # in one go: nothing went to the socket directly
@@ -108,6 +115,54 @@ def test_keep_alive_request_is_answered_at_once_and_stays_open():
     assert read_available(peer) == b""
     assert transport.value().endswith(b"\r\n\r\n9.9.9")
     assert transport.disconnecting
+    peer.close()
+
+
+def test_a_later_answer_with_close_is_queued_with_the_close():
+    """
+    A ``min_lsn`` wait answers later: the keep-alive answer before it went
+    to the socket, the closing one goes with the close, in order.
+    """
+    later = Deferred()
+
+    def answer(real):
+        return lambda route, query, as_json: later if route == "master" else real(
+            route, query, as_json)
+
+    site, transport, peer = connected(
+        b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"GET /master HTTP/1.1\r\nConnection: close\r\n\r\n", answer=answer)
+    assert read_available(peer).endswith(b"\r\n\r\n9.9.9")
+    assert transport.value() == b"" and not transport.disconnecting
+    later.callback(text("pg-2"))
+    assert read_available(peer) == b""
+    got = transport.value()
+    assert got.startswith(b"HTTP/1.1 200 OK\r\nConnection: close\r\n")
+    assert got.endswith(b"\r\n\r\npg-2")
+    assert transport.disconnecting and transport.producer is None
+    peer.close()
+
+
+@pytest.mark.parametrize("request_", [
+    b"GET /master HTTP/1.1\r\nConnection: close\r\n\r\n",
+    b"GET /master HTTP/1.1\r\nHost: x\r\n\r\n",
+], ids=["close-answer", "idle"])
+def test_a_closing_connection_whose_client_does_not_read_is_aborted(request_):
+    """
+    Closing waits for the transport to send what it holds; a client that
+    never reads holds that up, so after ``idle_timeout`` more the connection
+    is aborted (here the test's transport never sends: the unread client).
+    """
+    site, transport, peer = connected(request_, idle_timeout=5.0)
+    clock = site.clock
+    if not transport.disconnecting:
+        # the keep-alive connection: closed once idle
+        clock.pump([1.0] * 7)
+        assert transport.disconnecting
+    clock.pump([1.0] * 4)
+    assert not transport.disconnected
+    clock.pump([1.0] * 3)
+    assert transport.disconnected  # aborted
     peer.close()
 
 
