@@ -29,6 +29,7 @@ import argparse
 import datetime
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -98,12 +99,20 @@ def paced(port: int, rate: float, seconds: float, connections: int = 8) -> list[
     ``rate`` requests/s over ``connections`` keep-alive connections.
     """
     out: list[float] = []
+    failures: list[BaseException] = []
     lock = threading.Lock()
     start = time.monotonic() + 0.2
     per = rate / connections
 
     def run(k: int) -> None:
-        s = socket.create_connection(("127.0.0.1", port))
+        try:
+            answer_paced(k)
+        except BaseException as e:  # reported after the join
+            with lock:
+                failures.append(e)
+
+    def answer_paced(k: int) -> None:
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         mine = []
         n = 0
@@ -118,9 +127,14 @@ def paced(port: int, rate: float, seconds: float, connections: int = 8) -> list[
             s.sendall(REQUEST)
             buf = b""
             while True:
-                buf += s.recv(65536)
+                chunk = s.recv(65536)
+                if not chunk:
+                    raise RuntimeError("the service closed a keep-alive connection")
+                buf += chunk
                 head, sep, rest = buf.partition(b"\r\n\r\n")
                 if sep:
+                    if not head.startswith(b"HTTP/1.1 200 "):
+                        raise RuntimeError(f"answered {head.splitlines()[0]!r}")
                     length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
                     if len(rest) >= length:
                         break
@@ -135,6 +149,8 @@ def paced(port: int, rate: float, seconds: float, connections: int = 8) -> list[
         t.start()
     for t in threads:
         t.join()
+    if failures:
+        raise RuntimeError(f"{len(failures)} of {connections} clients failed") from failures[0]
     return out
 
 
@@ -299,7 +315,11 @@ def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float,
 
         def stop() -> None:
             proc.terminate()
-            proc.wait(30)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(30)
             group.remove()
             log.close()
 
@@ -330,8 +350,10 @@ def run_quota(topo: PgTopology, cpus: float, rates: list[int], seconds: float,
     try:
         if other:
             while get(port, "/master") != (200, topo.primary.host):
-                if time.time() - t0 > 120:
-                    raise RuntimeError(f"{other} did not answer /master within 120 s")
+                if proc.poll() is not None or time.time() - t0 > 120:
+                    tail = "\n".join(log_lines()[-20:])
+                    raise RuntimeError(f"{other} did not answer /master (exit status "
+                                       f"{proc.returncode})\n{tail}")
                 time.sleep(0.05)
             result["ready_s"] = result["live_s"] = round(time.time() - t0, 2)
         # asked seldom, so that asking does not spend the quota; the times
@@ -403,6 +425,11 @@ def main() -> int:
                     "$PGSTATUS_BENCH_OTHER")
     args = ap.parse_args()
     args.twistd = os.path.abspath(args.twistd)
+    if args.other:
+        args.other = os.path.abspath(args.other)
+        if args.starts:
+            print("--other is not timed with --starts (its start is in the rate runs)",
+                  file=sys.stderr)
     if args.launcher:
         args.twistd = os.path.join(os.path.dirname(args.twistd), "pg-status")
     if not os.path.isdir(CPU) or not os.access(CPU, os.W_OK):
@@ -426,8 +453,13 @@ def main() -> int:
         for cpus in args.cpus:
             results.append(run_quota(topo, cpus, args.rates, args.seconds, args.twistd))
             if args.other:
-                results.append(run_quota(topo, cpus, args.rates, args.seconds, args.twistd,
-                                         other=args.other))
+                try:
+                    results.append(run_quota(topo, cpus, args.rates, args.seconds,
+                                             args.twistd, other=shlex.quote(args.other)))
+                except Exception as e:  # pg-status's own figures still count
+                    print(f"--other at {cpus} vCPU failed: {e}", file=sys.stderr)
+                    results.append({"what": f"other: {args.other}", "cpus": cpus,
+                                    "error": str(e)})
         if args.image:
             from dockerengine import DockerEngine, base_images, build_pg_status
 
@@ -464,6 +496,8 @@ def main() -> int:
             print(f"{first} {x['rate']}/s | {x['p50_ms']} / {x['p99_ms']} / {x['max_ms']} | "
                   f"{x['throttled']} | {x['cpu_us_per_request']} µs |")
     for r in results:
+        if "error" in r:
+            print(f"{r['what']}, {r['cpus']} vCPU: FAILED: {r['error'].splitlines()[0]}")
         if "rss_mib_after" in r:
             print(f"{r['what']}, {r['cpus']} vCPU: RSS after the load {r['rss_mib_after']} MiB")
     os.makedirs(os.path.join(ROOT, "bench-results"), exist_ok=True)

@@ -560,7 +560,12 @@ class Bench:
             p = self.procs.start("other", cmd, env=self.service_env(port), stdout=out)
         wait_port(port, p, 60, "other", logfile)
         deadline = time.monotonic() + 60
-        while http_get(port, "/master")[1].decode(errors="replace") != self.topo.primary.host:
+        while True:
+            try:
+                if http_get(port, "/master")[1].decode(errors="replace") == self.topo.primary.host:
+                    break
+            except (OSError, http.client.HTTPException):
+                pass
             if p.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"--other did not answer /master\n{tail(logfile)}")
             time.sleep(0.2)
@@ -853,6 +858,8 @@ class Bench:
                            ("ceiling", ceil.pid, ceil_port),
                            ("ceiling_direct", dceil.pid, dceil_port)]
                 if other is not None:
+                    other_checks = self.check_answers(other[1], prof, lsn)
+                    log(f"{prof.key}: other answers={other_checks}")
                     servers.append(("other", other[0].pid, other[1]))
                 m = self.measure(servers, prof, lsn, primary)
                 s, c, d = m["service"], m["ceiling"], m["ceiling_direct"]
@@ -869,6 +876,7 @@ class Bench:
                 "lsn": lsn, "preflight": checks, "service": s, "ceiling": c,
                 "ceiling_direct": d, "ratio": ratios(s, c), "ratio_direct": ratios(s, d),
                 "other": m.get("other"),
+                "other_preflight": other_checks if other is not None else None,
                 "target_cpu_ratio": prof.target,
                 "meets_target": (None if prof.target is None
                                  else ratios(s, c)["cpu_us_per_req"] <= prof.target),
@@ -1154,6 +1162,13 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _preflight(checks: dict[str, Any] | None) -> str:
+    """The status each route of a profile answered before it was measured."""
+    if not checks:
+        return "–"
+    return ", ".join(f"`{path}` {c.get('status')}" for path, c in checks.items())
+
+
 def side_by_side(results: dict[str, Any]) -> list[str]:
     """
     The ``--other`` service's rows (same runs, interleaved with the others).
@@ -1163,15 +1178,16 @@ def side_by_side(results: dict[str, Any]) -> list[str]:
         return []
     out = ["", f"### Side by side with `{results['meta'].get('other_cmd', 'other')}`", "",
            "| Profile | other µs/req (× ceiling) | other req/s | other p99 ms "
-           "| pg-status µs/req | pg-status ÷ other |",
-           "|---|---:|---:|---:|---:|---:|"]
+           "| pg-status µs/req | pg-status ÷ other | other's answers (preflight; errors) |",
+           "|---|---:|---:|---:|---:|---:|---|"]
     for p in rows:
         o, s, c = p["other"], p["service"], p["ceiling"]
         out.append(
             f"| {p['title']} | {o['cpu_us_per_req']:.1f} "
             f"({o['cpu_us_per_req'] / c['cpu_us_per_req']:.2f}×) | {_fmt_int(o['rps'])} "
             f"| {o['p99_ms']:.2f} | {s['cpu_us_per_req']:.1f} "
-            f"| {s['cpu_us_per_req'] / o['cpu_us_per_req']:.2f}× |")
+            f"| {s['cpu_us_per_req'] / o['cpu_us_per_req']:.2f}× "
+            f"| {_preflight(p.get('other_preflight'))}; {_errors(o) or 'none'} |")
     if "other_rss_end_mib" in results:
         out += ["", f"- RSS of the other service after the profiles: "
                 f"{results['other_rss_end_mib']:.1f} MiB."]
@@ -1253,6 +1269,8 @@ def main(argv: list[str] | None = None) -> int:
                         "same pg_status__* environment), e.g. a build of the original C "
                         "service; default $PGSTATUS_BENCH_OTHER")
     args = parser.parse_args(argv)
+    if args.other:
+        args.other = os.path.abspath(args.other)
     if args.quick:
         args.duration, args.warmup, args.idle_seconds, args.rounds = 1, 1, 3.0, 1
     for tool in ("wrk", "taskset"):
