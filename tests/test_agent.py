@@ -27,15 +27,13 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.logger import formatEvent, globalLogPublisher
 
-from pgstatus.agent import (
+from pgstatus.agent import REQUEST_TIMEOUT, AgentFactory, AgentService
+from pgstatus.agent_answer import (
     DOWN,
     DRAIN,
     MAX_LINE,
     NO_CHANGE,
-    REQUEST_TIMEOUT,
     UP,
-    AgentFactory,
-    AgentService,
     Answer,
     BadRequest,
     Request,
