@@ -60,15 +60,7 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from pgstatus.agent_answer import (
-    MAX_LINE,
-    Answer,
-    BadRequest,
-    Request,
-    answer_line,
-    decide,
-    parse_request,
-)
+from pgstatus.agent_answer import MAX_LINE, answer_line
 from pgstatus.listening import ListenerService, tcp_candidates
 from pgstatus.model.status import View
 
@@ -79,12 +71,6 @@ __all__ = [
     "AgentFactory",
     "AgentProtocol",
     "AgentService",
-    "Answer",
-    "BadRequest",
-    "Request",
-    "answer_line",
-    "decide",
-    "parse_request",
 ]
 
 log = Logger(namespace="pgstatus.agent")
