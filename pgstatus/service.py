@@ -23,7 +23,8 @@ from pgstatus.http.app import StatusApp
 from pgstatus.http.freshness import FreshReads
 from pgstatus.http.hub import Hub
 from pgstatus.http.responses import Renderer
-from pgstatus.http.shortcut import QuietSite, ShortcutSite
+from pgstatus.http.cache import AnswerCache
+from pgstatus.http.front import FrontFactory, QuietSite
 from pgstatus.listening import (
     Candidate,
     ListenerService,
@@ -96,7 +97,6 @@ class PgStatusService(MultiService):
     :param http_listen: where the HTTP API listens (by default, as the
         configuration says: ``pg_status__http_listen``, else
         ``http_listen_address`` and ``http_port``).
-    :param shortcut: answer whitelisted requests in front of twisted.web.
     :param reloader: gives the configuration a reload applies (what SIGHUP
         asks for, with ``pg_status__env_file``); ``None``: no reloads.
     :param server_options: twistd's options, when run by twistd.
@@ -109,7 +109,6 @@ class PgStatusService(MultiService):
     def __init__(self, settings: ConfigProvider, reactor: Any, *,
                  probe_factory: Callable[[int], Probe] | None = None,
                  http_listen: Sequence[Candidate] | None = None,
-                 shortcut: bool = True,
                  reloader: Reloader | None = None,
                  server_options: Any = None) -> None:
         super().__init__()
@@ -148,9 +147,10 @@ class PgStatusService(MultiService):
             clock=reactor)
         idle = config.http_idle_timeout_ms / 1000
         header = config.http_header_timeout_ms / 1000
-        self.site = ShortcutSite(
-            QuietSite(self.api.resource(), reactor, idle), renderer.answer, renderer.count,
-            reactor, enabled=shortcut, max_connections=config.http_max_connections,
+        self.site = FrontFactory(
+            QuietSite(self.api.resource(), reactor, idle),
+            AnswerCache(renderer.answer, renderer.count, reactor), reactor,
+            max_connections=config.http_max_connections,
             idle_timeout=idle, header_timeout=header,
         )
         # answer bytes are memoised per view: drop them with it

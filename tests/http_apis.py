@@ -10,8 +10,9 @@ from typing import Any
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config
 from pgstatus.http.app import StatusApp
+from pgstatus.http.cache import AnswerCache
+from pgstatus.http.front import FrontFactory, QuietSite
 from pgstatus.http.responses import Renderer
-from pgstatus.http.shortcut import QuietSite, ShortcutSite
 from pgstatus.model.status import View
 
 
@@ -24,11 +25,15 @@ def make_api(current: Callable[[], View], config: Config, version: str,
 
 
 def make_site(api: StatusApp, reactor: Any, enabled: bool = True,
-              **limits: Any) -> ShortcutSite:
+              **limits: Any) -> Any:
     """
-    The HTTP server of ``api``: the shortcut in front of twisted.web
-    (``enabled=False``: twisted.web alone).
+    The HTTP server of ``api`` as the service builds it: the front (answer
+    cache, one request at a time into twisted.web) before the Klein site.
+    ``enabled=False``: the plain twisted.web site serving the same Klein
+    resource with no front at all, the reference the front is held to.
     """
     web = QuietSite(api.resource(), reactor, limits.get("idle_timeout", 60.0))
-    return ShortcutSite(web, api.renderer.answer, api.renderer.count, reactor,
-                        enabled=enabled, **limits)
+    if not enabled:
+        return web
+    cache = AnswerCache(api.renderer.answer, api.renderer.count, reactor)
+    return FrontFactory(web, cache, reactor, **limits)

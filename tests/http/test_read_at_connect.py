@@ -70,7 +70,7 @@ def connected(request: bytes, provides_descriptor: bool = True, answer=None, **l
     v = view()
     site = make_site(make_api(lambda: v, CONFIG, "9.9.9"), clock, **limits)
     if answer is not None:
-        site.answer = answer(site.answer)
+        site.cache.answer = answer(site.cache.answer)
     transport = SocketTransport(server) if provides_descriptor else _PlainTransport(server)
     protocol = site.buildProtocol(None)
     transport.protocol = protocol
