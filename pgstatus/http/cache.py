@@ -61,6 +61,8 @@ class AnswerCache:
         parsed = self.heads.get(head)
         if parsed is None:
             return None
+        # dated when asked, as twisted.web dates a request it starts to render
+        date = self.date.line()
         try:
             r = self.answer(parsed.route, parsed.query, parsed.as_json)
         except Exception:
@@ -69,13 +71,13 @@ class AnswerCache:
         # (a plain class check: Deferred's, an ABC's, costs more)
         if r.__class__ is not Response:
             d: Deferred[Response] = r  # type: ignore[assignment]
-            return d.addCallback(self.reply, parsed)
-        return self.reply(r, parsed)  # type: ignore[arg-type]
+            return d.addCallback(self.reply, parsed, date)
+        return self.reply(r, parsed, date)  # type: ignore[arg-type]
 
-    def reply(self, r: Response, parsed: Head) -> Reply:
+    def reply(self, r: Response, parsed: Head, date: bytes) -> Reply:
         """
         Count ``r`` and frame it as twisted.web would for ``parsed``.
         """
         self._count(parsed.route, r.status)
         before, after = self.replay.parts(r, parsed.head_only, parsed.close)
-        return before + self.date.line() + after, bool(parsed.close)
+        return before + date + after, bool(parsed.close)

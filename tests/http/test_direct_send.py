@@ -18,7 +18,7 @@ import time
 import pytest
 import pytest_twisted
 from http_apis import make_api, make_site
-from test_shortcut import CONFIG, view
+from test_front import CONFIG, view
 from twisted.internet import defer, task, threads
 
 DEADLINE = 10.0

@@ -13,7 +13,7 @@ import socket
 import pytest
 import pytest_twisted
 from http_apis import make_api, make_site
-from test_shortcut import CONFIG, view
+from test_front import CONFIG, view
 from twisted.internet import task
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReadWriteDescriptor, ITCPTransport
