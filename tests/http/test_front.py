@@ -165,7 +165,7 @@ PIPELINES = [
     # fresh reads that wait (0.5 s: the clock moves), with requests behind
     b"GET /replica?min_lsn=0/9000000&wait_ms=500 HTTP/1.1\r\n\r\nGET /master HTTP/1.1\r\n\r\n"
     b"GET /metrics HTTP/1.1\r\n\r\n",
-    b"GET /replica?min_lsn=0/9000000&wait_ms=500&x=%41 HTTP/1.1\r\n\r\n"
+    b"GET /replica?min_lsn=0/9000000&wait_ms=500 HTTP/1.1\r\nContent-Length: 0\r\n\r\n"
     b"GET /replica?min_lsn=0/9000000&wait_ms=300 HTTP/1.1\r\nConnection: close\r\n\r\n",
 ]
 
