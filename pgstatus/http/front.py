@@ -39,6 +39,7 @@ import socket
 from typing import Any
 
 from twisted.internet.interfaces import (
+    IHalfCloseableProtocol,
     IProtocol,
     IProtocolNegotiationFactory,
     IPushProducer,
@@ -221,7 +222,7 @@ class QuietSite(Site):
         return super().getResourceFor(request)
 
 
-@implementer(IPushProducer)
+@implementer(IPushProducer, IHalfCloseableProtocol)
 class Front(Protocol):
     """
     One connection (see the module's docstring for the contract).
@@ -252,6 +253,8 @@ class Front(Protocol):
         self._producing = False
         self._pumping = False
         self._closed = False
+        #: the client half-closed: it sends nothing more
+        self._eof = False
         #: a request has been answered (the pre-request phase is over)
         self._served = False
         self._head_since: float | None = None
@@ -332,6 +335,19 @@ class Front(Protocol):
         if self.channel is not None:
             self.channel.connectionLost(reason)
 
+    def readConnectionLost(self) -> None:
+        """
+        The client half-closed (plain TCP and UNIX transports): answer what
+        it sent, then close.
+        """
+        self._eof = True
+        self._pump()
+
+    def writeConnectionLost(self) -> None:
+        """
+        Never asked for: the front does not half-close.
+        """
+
     # -- requests, one at a time ---------------------------------------------
     def _pump(self) -> None:
         """
@@ -351,6 +367,10 @@ class Front(Protocol):
                     break
         finally:
             self._pumping = False
+        if self._eof and not (self._closed or self._paused or self._waiting
+                              or self._in_flight is not None):
+            # answered all the client sent (bar an unfinished request)
+            self._close_gently()
         self._arm()
         self._update_reading()
 
