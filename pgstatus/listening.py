@@ -10,7 +10,9 @@ socket made here with ``TCP_DEFER_ACCEPT`` (a connection is accepted once
 its first bytes arrived, so the first read finds the request) and handed to
 the reactor through :class:`~twisted.internet.endpoints.AdoptedStreamServerEndpoint`;
 ``pg_status__http_listen`` takes any endpoint description instead
-(``tcp6:...``, ``unix:...``, ``ssl:...``).
+(``tcp6:...``, ``unix:...``, ``ssl:...``, ``haproxy:...``), made as
+:func:`description_endpoint` says: a larger listen backlog than Twisted's,
+and our own PROXY header reader for ``haproxy:``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from twisted.internet.endpoints import (
 from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
 from twisted.logger import Logger
 from twisted.python.failure import Failure
+
+from pgstatus.proxyheader import ProxyHeaderEndpoint
 
 #: ``(label, make)``: a way to listen, tried in order; ``make()`` may raise
 Candidate = tuple[str, Callable[[], IStreamServerEndpoint]]
@@ -111,9 +115,120 @@ def deferred_accept_candidates(reactor: Any, address: str, port: int,
 def description_candidates(reactor: Any, description: str) -> list[Candidate]:
     """
     An endpoint description (``tcp6:8000:interface=\\:\\:``,
-    ``unix:/run/pg-status/http.sock:mode=660``, ``ssl:8443:...``).
+    ``unix:/run/pg-status/http.sock:mode=660``, ``ssl:8443:...``,
+    ``haproxy:tcp:8000``), made by :func:`description_endpoint`.
     """
-    return [(description, lambda: serverFromString(reactor, description))]
+    return [(description, lambda: description_endpoint(reactor, description))]
+
+
+def description_endpoint(reactor: Any, description: str) -> IStreamServerEndpoint:
+    """
+    The endpoint an endpoint description names, as Twisted's
+    ``serverFromString`` makes it, with two differences:
+
+    - ``haproxy:<description>`` reads the PROXY header with our own strict
+      wrapper (:class:`~pgstatus.proxyheader.ProxyHeaderEndpoint`) around
+      the endpoint ``<description>`` names, not with Twisted's;
+    - a ``tcp:``, ``tcp6:``, ``unix:`` or ``ssl:`` endpoint (also inside
+      ``haproxy:``) listens with a backlog of ``socket.SOMAXCONN`` (as the
+      default listener does) unless the description sets one: Twisted's
+      default of 50 refused connections as soon as 50 waited for a busy
+      server.
+
+    :raise Exception: as ``serverFromString`` does, for a description it
+        cannot parse.
+    """
+    kind, rest = _endpoint_type(description)
+    if kind.lower() == "haproxy":
+        inner: IStreamServerEndpoint = serverFromString(reactor, with_backlog(rest))
+        return ProxyHeaderEndpoint(inner)
+    endpoint: IStreamServerEndpoint = serverFromString(reactor, with_backlog(description))
+    return endpoint
+
+
+#: the endpoint types given the larger backlog, and the position of their
+#: ``backlog`` argument among the description's positional arguments
+_BACKLOG_POSITION = {"tcp": 3, "tcp6": 2, "unix": 3, "ssl": 6}
+
+
+def with_backlog(description: str, backlog: int = socket.SOMAXCONN) -> str:
+    """
+    ``description`` with ``:backlog=<backlog>`` added if it names a
+    ``tcp:``, ``tcp6:``, ``unix:`` or ``ssl:`` endpoint and does not set
+    the backlog itself (as ``backlog=`` or as the positional argument in
+    its place); any other description is returned unchanged.
+    """
+    parts = _split(description)
+    position = _BACKLOG_POSITION.get(_unescape(parts[0]).lower())
+    trailing = len(description) - len(description.rstrip("\\"))
+    if position is None or trailing % 2:
+        # a final lone backslash would escape the colon added: left for
+        # serverFromString to refuse
+        return description
+    keys = [_key(part) for part in parts[1:]]
+    if "backlog" in keys or keys.count(None) >= position:
+        return description
+    return f"{description}:backlog={backlog}"
+
+
+def _split(description: str) -> list[str]:
+    """
+    The description's parts between colons, as written (a backslash
+    escapes the next character, a colon too, as Twisted reads them).
+    """
+    parts, current, escaped = [], "", False
+    for c in description:
+        if escaped:
+            current, escaped = current + c, False
+        elif c == "\\":
+            current, escaped = current + c, True
+        elif c == ":":
+            parts.append(current)
+            current = ""
+        else:
+            current += c
+    parts.append(current)
+    return parts
+
+
+def _key(part: str) -> str | None:
+    """
+    The keyword of a ``key=value`` part (before its first unescaped
+    ``=``, unescaped), or ``None`` for a positional one.
+    """
+    key, escaped = "", False
+    for c in part:
+        if escaped:
+            key, escaped = key + c, False
+        elif c == "\\":
+            escaped = True
+        elif c == "=":
+            return key
+        else:
+            key += c
+    return None
+
+
+def _endpoint_type(description: str) -> tuple[str, str]:
+    """
+    The endpoint type (the first part, unescaped) and the rest of the
+    description after its colon, as written.
+    """
+    first = _split(description)[0]
+    return _unescape(first), description[len(first) + 1:]
+
+
+def _unescape(part: str) -> str:
+    """
+    ``part`` without its escaping backslashes.
+    """
+    out, escaped = "", False
+    for c in part:
+        if escaped or c != "\\":
+            out, escaped = out + c, False
+        else:
+            escaped = True
+    return out
 
 
 def shown_address(host: object, label: str) -> tuple[str, object]:

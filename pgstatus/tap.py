@@ -87,10 +87,10 @@ def check_endpoint(reactor: Any, description: str) -> None:
     :raise ConfigError: it is not an endpoint description this Twisted
         (and its installed extras) can listen on.
     """
-    from twisted.internet.endpoints import serverFromString
+    from pgstatus.listening import description_endpoint
 
     try:
-        serverFromString(reactor, description)
+        description_endpoint(reactor, description)
     except ImportError as e:
         raise ConfigError("pg_status__http_listen",
                           f"{description!r} needs a module that is not installed ({e}); "

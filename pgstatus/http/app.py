@@ -39,6 +39,9 @@ OK_TEXT = text("OK")
 INVALID_INDEX = error(400, "Invalid index")
 INTERNAL_ERROR = error(500, "internal error")
 BAD_HOST = error(400, "Invalid Host header")
+#: the ``Host`` a request without one is routed with when the listener's
+#: address names no host (a UNIX socket); see :func:`_name_the_host`
+NO_HOST = b"localhost"
 EVENT_STREAM_HEAD = Response(200, b"text/event-stream", b"")
 _DIGITS = re.compile(r"[0-9]+")
 
@@ -244,7 +247,8 @@ class _Guard(Resource):
     Klein's resource, with the requests it cannot route answered rather
     than raised: a path that is not UTF-8 names no route (404, as any
     unknown path), a ``Host`` header Klein cannot read is a bad request
-    (400), and any other error is answered by :meth:`StatusApp.failed`.
+    (400), a request without ``Host`` on a UNIX socket is routed as on TCP,
+    and any other error is answered by :meth:`StatusApp.failed`.
     Without this, twisted.web would log such a request as a critical
     error with a traceback.
     """
@@ -262,12 +266,23 @@ class _Guard(Resource):
         except UnicodeDecodeError:
             return send(request, EMPTY_404, self._api.counter("other"))
         try:
+            _name_the_host(request)
             request.getRequestHostname().decode("utf-8")
-        except UnicodeDecodeError:
-            return send(request, BAD_HOST, self._api.counter("other"))
-        try:
             return self._inner.render(request)
         except (BadHost, UnicodeDecodeError):
             return send(request, BAD_HOST, self._api.counter("other"))
         except Exception:
             return self._api.failed(request, Failure())
+
+
+def _name_the_host(request: IRequest) -> None:
+    """
+    Give a request without a ``Host`` header the placeholder
+    :data:`NO_HOST` when the local address has no host (a UNIX socket's).
+    twisted.web's ``getRequestHostname`` (which Klein calls to route) takes
+    the host from the header, else from the local address: without a host
+    there it raised ``AttributeError``, and such a request, answered on TCP,
+    failed on a UNIX socket.  The answers never show the host.
+    """
+    if request.getHeader(b"host") is None and not hasattr(request.getHost(), "host"):
+        request.requestHeaders.setRawHeaders(b"host", [NO_HOST])
