@@ -20,7 +20,7 @@ import pytest
 import pytest_twisted
 import test_listen
 from http_apis import make_api, make_site
-from test_shortcut import CONFIG, view
+from test_front import CONFIG, view
 from twisted.internet import threads
 from twisted.internet.defer import gatherResults
 from twisted.logger import Logger, LogLevel

@@ -263,9 +263,9 @@ def test_haproxy_listener_reads_the_proxy_header_first(reactor, listening):
     shortcut must not read the socket itself (it answered 400 when it did).
     """
     from twisted.internet import threads
-    from twisted.internet.endpoints import serverFromString
+    from pgstatus.listening import description_endpoint
 
-    site, port = listening(lambda: serverFromString(reactor, "haproxy:tcp:0:interface=127.0.0.1"))
+    site, port = listening(lambda: description_endpoint(reactor, "haproxy:tcp:0:interface=127.0.0.1"))
     got = yield threads.deferToThread(
         _exchange, port, b"PROXY TCP4 10.1.2.3 127.0.0.1 40000 8000\r\n"
                          b"GET /master HTTP/1.1\r\nConnection: close\r\n\r\n")
