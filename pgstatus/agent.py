@@ -198,14 +198,18 @@ class AgentService(ListenerService):
 
     :param port: the TCP port; 0 picks a free one (for tests; the setting's
         0 means no agent at all and this service is not created).
+    :param max_connections: open agent connections at most (the service
+        lowers :data:`MAX_CONNECTIONS` to fit the open-files limit, see
+        :mod:`pgstatus.fdlimit`); ``None``: :data:`MAX_CONNECTIONS`.
     :ivar port: the listening port once started.
     """
 
     name = "agent"
 
     def __init__(self, reactor: Any, address: str, port: int,
-                 current: Callable[[], View]) -> None:
-        self.factory = AgentFactory(current, reactor)
+                 current: Callable[[], View], max_connections: int | None = None) -> None:
+        self.factory = AgentFactory(current, reactor, MAX_CONNECTIONS if max_connections is None
+                                    else max_connections)
         super().__init__(tcp_candidates(reactor, address, port), self.factory, log, "agent",
                          (address, port))
 

@@ -18,6 +18,7 @@ from twisted.logger import Logger
 from pgstatus import __version__
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config, ConfigError
+from pgstatus.fdlimit import ConnectionCaps
 from pgstatus.http.answer import Response
 from pgstatus.http.app import StatusApp
 from pgstatus.http.freshness import FreshReads
@@ -147,10 +148,12 @@ class PgStatusService(MultiService):
             clock=reactor)
         idle = config.http_idle_timeout_ms / 1000
         header = config.http_header_timeout_ms / 1000
+        #: the HTTP and agent connection caps under the open-files limit
+        self.caps = ConnectionCaps.for_config(config)
         self.site = FrontFactory(
             QuietSite(self.api.resource(), reactor, idle),
             AnswerCache(renderer.answer, renderer.count, reactor), reactor,
-            max_connections=config.http_max_connections,
+            max_connections=self.caps.http,
             idle_timeout=idle, header_timeout=header,
         )
         # answer bytes are memoised per view: drop them with it
@@ -176,7 +179,7 @@ class PgStatusService(MultiService):
             from pgstatus.agent import AgentService
 
             self.agent = AgentService(reactor, config.http_listen_address, config.agent_port,
-                                      self.current_view)
+                                      self.current_view, max_connections=self.caps.agent)
             self.agent.setServiceParent(self)
 
     @property
@@ -233,6 +236,7 @@ class PgStatusService(MultiService):
         settings = " ".join(f"{k}={v}" for k, v in config.public_items())
         log.info("starting pg-status version={version} {settings}",
                  version=__version__, settings=settings)
+        self.caps.log_start()
         for w in config.warnings:
             config_log.warn("{warning}", warning=w)
         super().startService()

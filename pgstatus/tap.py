@@ -16,6 +16,7 @@ from pgstatus.config.environ import load_config
 from pgstatus.config.files import env_file_path, process_environ, with_env_file
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config, ConfigError
+from pgstatus.fdlimit import raise_nofile_limit
 from pgstatus.service import PgStatusService
 
 
@@ -105,7 +106,12 @@ def makeService(options: Options, reactor: Any = None) -> PgStatusService:
     The ``twistd`` entry point: read the environment, build the service.
     A configuration error prints one line naming the variable and exits with
     status 2 before anything listens.
+
+    Runs once per process (``twistd pgstatus`` and ``pg-status`` alike),
+    before the service listens: the soft open-files limit is raised here,
+    so that the service's connection caps are computed from the raised one.
     """
+    raise_nofile_limit()
     environ = process_environ()
     try:
         config = load_config(with_env_file(environ))

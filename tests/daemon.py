@@ -7,6 +7,7 @@ as a real fault.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -28,10 +29,14 @@ class Daemon:
 
     :param env: ``pg_status__*`` settings (the listen address and a free
         port are added unless given).
+    :param nofile: ``(soft, hard)`` open-files limits to start it with
+        (default: this process's).
     """
 
-    def __init__(self, env: Mapping[str, str], port: int | None = None) -> None:
+    def __init__(self, env: Mapping[str, str], port: int | None = None,
+                 nofile: tuple[int, int] | None = None) -> None:
         self.port = port or free_port()
+        self.nofile = nofile
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("pg_status__")}
         self.env.update({"PYTHONPATH": ROOT, "pg_status__http_listen_address": "127.0.0.1",
                          "pg_status__http_port": str(self.port)})
@@ -42,7 +47,8 @@ class Daemon:
 
     def start(self, timeout: float = 30) -> Daemon:
         self.proc = subprocess.Popen([TWISTD, "-n", "--pidfile=", "pgstatus"], env=self.env,
-                                     cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
+                                     cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+                                     preexec_fn=self._limits if self.nofile else None)
         deadline = time.monotonic() + timeout
         while self.get("/live")[0] != 200:
             if self.proc.poll() is not None:
@@ -51,6 +57,11 @@ class Daemon:
                 raise AssertionError(f"pg-status did not start:\n{self.log()}")
             time.sleep(0.05)
         return self
+
+    def _limits(self) -> None:
+        # in the child, before exec
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, self.nofile)
 
     def get(self, path: str, timeout: float = 5) -> tuple[int, str]:
         """
@@ -71,9 +82,13 @@ class Daemon:
                 raise AssertionError(f"pg-status not ready:\n{self.log()}")
             time.sleep(0.05)
 
-    def log(self) -> str:
+    def log(self, tail: int | None = 6000) -> str:
+        """
+        The output so far: its last ``tail`` characters, or all of it.
+        """
         with open(self._log.name, errors="replace") as f:
-            return f.read()[-6000:]
+            text = f.read()
+        return text if tail is None else text[-tail:]
 
     def signal(self, sig: int) -> None:
         assert self.proc is not None

@@ -118,7 +118,8 @@ SETTINGS: tuple[Setting, ...] = (
        False, "Where the HTTP server listens, instead of http_listen_address and http_port "
        "(an addition; ssl needs the tls extra)."),
     _S("http_max_connections", "10000", _int(1, 1000000), False,
-       "Open HTTP connections at most; one more is answered 503 and closed."),
+       "Open HTTP connections at most (lowered at start to fit the open-files limit); "
+       "one more is answered 503 and closed."),
     _S("http_idle_timeout_ms", "60000", _ms(1), False,
        "Idle keep-alive HTTP connections are closed after this long."),
     _S("http_header_timeout_ms", "10000", _ms(1), False,

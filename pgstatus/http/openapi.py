@@ -314,7 +314,8 @@ parameter is validated.
 ignored.
 - On any path: a request head over 16 KiB is refused at once (`400`, or the \
 connection closed for a single line that long); a connection over \
-`pg_status__http_max_connections` gets `503` with an empty body and is closed.
+`pg_status__http_max_connections` (or the lower cap the open-files limit \
+leaves, logged at start) gets `503` with an empty body and is closed.
 """
 
 DOCUMENT: dict[str, Any] = {

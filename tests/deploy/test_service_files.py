@@ -1,12 +1,14 @@
 """
-The LSB init script starts a real instance in daemon mode, reports its
-status, and stops it; the systemd unit passes ``systemd-analyze verify``
-where that tool exists.
+The LSB init script starts a real instance in daemon mode (with its
+open-files limit raised), reports its status, and stops it; the systemd unit
+sets ``LimitNOFILE`` and passes ``systemd-analyze verify`` where that tool
+exists.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -18,14 +20,35 @@ import urllib.request
 import pytest
 from pgtopology import free_port
 
+from pgstatus.fdlimit import ConnectionCaps
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INIT = os.path.join(ROOT, "service", "pg-status.init")
 UNIT = os.path.join(ROOT, "service", "pg-status.service")
 
 
-def run_init(action: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+def run_init(action: str, env: dict[str, str],
+             soft_nofile: int | None = None) -> subprocess.CompletedProcess:
+    """
+    Run the init script; with ``soft_nofile``, under that soft open-files
+    limit (the hard one unchanged).
+    """
+    def limits() -> None:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft_nofile, hard))
+
     return subprocess.run(["sh", INIT, action], env=env, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, preexec_fn=limits if soft_nofile else None)
+
+
+def nofile_limits(pid: int) -> tuple[int, int]:
+    """
+    The ``(soft, hard)`` open-files limits of process ``pid``.
+    """
+    with open(f"/proc/{pid}/limits") as f:
+        line = next(ln for ln in f if ln.startswith("Max open files"))
+    soft, hard = line.split()[3:5]
+    return int(soft), int(hard)
 
 
 def live(port: int) -> bool:
@@ -41,6 +64,9 @@ def test_init_script_lifecycle(tmp_path, command) -> None:
     """
     start, status, stop and status again, with the service run by twistd or
     by the pg-status command (``--daemon``), daemonized with a pid file.
+    Started under a soft open-files limit of 256, the service runs with its
+    soft limit at the hard one: 65536 (``PGSTATUS_NOFILE``) where the script
+    may raise the hard limit, else the hard limit it was given.
     """
     port = free_port()
     env = init_env(tmp_path, command, port)
@@ -49,7 +75,7 @@ def test_init_script_lifecycle(tmp_path, command) -> None:
     out = run_init("status", env)
     assert out.returncode == 3, out  # LSB: not running
     try:
-        out = run_init("start", env)
+        out = run_init("start", env, soft_nofile=256)
         assert out.returncode == 0, out
         deadline = time.monotonic() + 20
         while not live(port):
@@ -57,6 +83,13 @@ def test_init_script_lifecycle(tmp_path, command) -> None:
             time.sleep(0.1)
         pid = int(pidfile.read_text())
         os.kill(pid, 0)
+        given = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        soft, hard = nofile_limits(pid)
+        assert soft == hard and hard in (max(given, 65536), given), (soft, hard, given)
+        caps = ConnectionCaps.compute(10000, soft, 1, False)
+        text = logfile.read_text()
+        assert (f" max_connections={caps.http} " in text
+                and f" nofile={soft} reserve={caps.reserve}\n" in text), text
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmdline = f.read().split(b"\0")
         assert any(os.path.basename(a) == command.encode() for a in cmdline), cmdline
@@ -178,7 +211,7 @@ def test_systemd_unit() -> None:
     text = open(UNIT).read()
     for needle in ["Type=simple", "ExecStart=/usr/bin/env pg-status\n", "EnvironmentFile=",
                    "Restart=on-failure", "RestartPreventExitStatus=2",
-                   "User=", "NoNewPrivileges=yes"]:
+                   "User=", "NoNewPrivileges=yes", "\nLimitNOFILE=65536\n"]:
         assert needle in text
     tool = shutil.which("systemd-analyze")
     if tool is None:
