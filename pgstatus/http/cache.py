@@ -72,7 +72,7 @@ class AnswerCache:
         if r.__class__ is not Response:
             d: Deferred[Response] = r  # type: ignore[assignment]
             return d.addCallback(self.reply, parsed, date)
-        return self.reply(r, parsed, date)  # type: ignore[arg-type]
+        return self.reply(r, parsed, date)
 
     def reply(self, r: Response, parsed: Head, date: bytes) -> Reply:
         """

@@ -1,36 +1,27 @@
 """
-The front every HTTP connection starts with, in the shape of Twisted's own
-protocol wrappers (:class:`~twisted.protocols.policies.ProtocolWrapper`):
-it sees the bytes first and owns what the connection holds.
-
-Its contract:
+The front every HTTP connection starts with, shaped like Twisted's protocol
+wrappers (:class:`~twisted.protocols.policies.ProtocolWrapper`).  Its
+contract:
 
 1. A request whose head the answer cache (:mod:`pgstatus.http.cache`) fully
-   validates is answered from the cache; at the first request it does not,
-   the connection is handed, for good, to a channel of the twisted.web
-   site serving the Klein application.
-2. That channel is fed one request at a time: the bytes of the next request
-   go in only once the previous answer is complete and the transport is
-   not paused, so a connection holds at most one request head, one answer
-   and the socket buffers, whatever the route, the depth of pipelining or
-   the client's reading speed.
+   validates is answered from the cache; from the first one it does not,
+   the connection belongs to a channel of the twisted.web site serving the
+   Klein application.
+2. That channel is fed one request at a time, the next only once the
+   previous answer is complete and the transport is not paused, so a
+   connection holds at most one head, one answer and the socket buffers.
 3. A head deadline runs from the connection's start (TLS handshake and
    PROXY header included) and from each later request's first byte until
-   its head is complete; otherwise the front's idle timeout applies before
-   a hand-over and twisted.web's own timeouts after it.
+   its head is whole; otherwise the front's idle timeout rules before a
+   hand-over, twisted.web's own timeouts after it.
 
-Feeding one request at a time needs no HTTP parser here: bytes are fed up
-to and including one CRLF at a time, and since a request needs at least one
-line end after its first byte to be complete (its head's blank line), no
-fed piece can complete two.  The site tells the front when its channel has
-received a whole request (:meth:`QuietSite.getResourceFor`) and the request
-tells when its answer is complete (``notifyFinish``).
-
-Direct sends: while nothing has ever been queued on the transport, a cached
-answer goes straight to the socket (plain TCP and UNIX transports only);
-what the socket does not take is queued on the transport, which from then
-on sends everything, so the order of answers holds.  The answer that ends a
-connection always goes through the transport, to leave with its close.
+No HTTP parser is needed for 2: bytes go to the channel one CRLF-ended
+piece at a time, and a request needs a line end after its first byte (its
+head's blank line), so no piece completes two.  The site reports a request
+received (:meth:`QuietSite.getResourceFor`), the request its answer done
+(``notifyFinish``).  Direct sends: while the transport has never queued
+anything, a cached answer goes straight to the socket (TCP and UNIX only);
+after the first partial send the transport sends everything, in order.
 """
 
 from __future__ import annotations
@@ -80,15 +71,12 @@ BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\n\r\n"
 @implementer(IProtocolNegotiationFactory)
 class FrontFactory(Factory):
     """
-    Builds a :class:`Front` per connection, and keeps what they share.
+    Builds a :class:`Front` per connection; keeps what they share.
 
     :param web: the twisted.web site connections are handed to.
-    :param cache: the answer cache.
-    :param clock: for the deadlines.
     :param max_connections: open connections; one more is answered 503.
-    :param idle_timeout: seconds a connection may sit idle before any
-        hand-over; also how long a closing connection may wait for its
-        client to read its last answer.
+    :param idle_timeout: seconds a connection may sit idle before a
+        hand-over, or closing with an answer its client does not read.
     :param header_timeout: seconds a request head may take to arrive.
     """
 
@@ -114,7 +102,7 @@ class FrontFactory(Factory):
 
     def buildProtocol(self, addr: Any) -> Protocol:
         """
-        A front, or past ``max_connections`` one that answers 503 and closes.
+        A front, or past ``max_connections`` a 503 and a close.
         """
         if self.connections >= self.max_connections:
             self.refused += 1
@@ -123,14 +111,11 @@ class FrontFactory(Factory):
 
     def acceptableProtocols(self) -> list[bytes]:
         """
-        TLS (ALPN): HTTP/1.1 only, which both the cache and twisted.web speak.
+        TLS (ALPN): HTTP/1.1 only.
         """
         return [b"http/1.1"]
 
     def view_changed(self) -> None:
-        """
-        The monitor published a new view: the cache's bytes are stale.
-        """
         self.cache.view_changed()
 
     def track(self, p: Front) -> None:
@@ -142,15 +127,12 @@ class FrontFactory(Factory):
         self._open.pop(p, None)
 
     def open_connections(self) -> list[Front]:
-        """
-        The connections open now (for tests and measurements).
-        """
         return list(self._open)
 
     def fault(self, what: str) -> None:
         """
-        One line (a WARNING, at most one per :data:`FAULT_LOG_INTERVAL`)
-        about client bytes twisted.web could not take.
+        A WARNING (one per :data:`FAULT_LOG_INTERVAL` at most) about client
+        bytes twisted.web choked on.
         """
         self._faults_unlogged += 1
         now = self.clock.seconds()
@@ -161,9 +143,6 @@ class FrontFactory(Factory):
             self._faults_unlogged = 0
 
     def _sweep(self) -> None:
-        """
-        Apply the deadlines; runs while connections are open.
-        """
         self._sweep_call = None
         now = self.clock.seconds()
         for p in list(self._open):
@@ -172,20 +151,13 @@ class FrontFactory(Factory):
             self._sweep_call = self.clock.callLater(self._sweep_period, self._sweep)
 
     def stopFactory(self) -> None:
-        """
-        Stop the sweep when the server stops listening.
-        """
         if self._sweep_call is not None and self._sweep_call.active():
             self._sweep_call.cancel()
         self._sweep_call = None
 
 
 class _Busy(Protocol):
-    """
-    Refuses a connection over the limit politely.
-    """
-
-    transport: ITransport  # set (never None) before connectionMade
+    transport: ITransport
 
     def connectionMade(self) -> None:
         self.transport.write(BUSY)
@@ -195,10 +167,8 @@ class _Busy(Protocol):
 class QuietSite(Site):
     """
     The twisted.web site behind the fronts: no access log (the API is called
-    on every application request), and each request it is about to render
-    is reported to the front of its connection.
-
-    :param idle_timeout: seconds after which an idle connection is closed.
+    on every application request); each request about to be rendered is
+    reported to its connection's front.
     """
 
     noisy = False
@@ -207,15 +177,9 @@ class QuietSite(Site):
         super().__init__(resource, reactor=reactor, timeout=idle_timeout)
 
     def log(self, request: Any) -> None:
-        """
-        No access log.
-        """
+        pass
 
     def getResourceFor(self, request: Any) -> Any:
-        """
-        The resource for ``request``, once its front knows that the whole
-        request has arrived.
-        """
         transport = getattr(getattr(request, "channel", None), "transport", None)
         if isinstance(transport, ChannelTransport):
             transport.front.received(request)
@@ -225,11 +189,9 @@ class QuietSite(Site):
 @implementer(IPushProducer, IHalfCloseableProtocol)
 class Front(Protocol):
     """
-    One connection (see the module's docstring for the contract).
-
-    The transport's streaming producer from the start: when its buffer
-    fills (a client that does not read), the front stops reading and
-    answering, and pauses the channel's producers, until it drains.
+    One connection.  The transport's producer throughout: while its buffer
+    is full the front neither reads nor answers, and pauses the channel's
+    producers.
     """
 
     #: set before connectionMade: a TCP, UNIX or TLS transport, or a wrapper
@@ -262,17 +224,14 @@ class Front(Protocol):
         #: when the connection was asked to close (a client that does not
         #: read its last answer holds that up)
         self._closing_since: float | None = None
-        # what has been fed to the channel of the request under way
+        # fed to the channel of the request under way: head bytes, the
+        # unfinished line, the head is whole
         self._head_bytes = 0
-        self._head_lines = 0
         self._line = b""
         self._in_body = False
 
     @property
     def direct(self) -> bool:
-        """
-        Answers still go straight to the socket.
-        """
         return self._sock is not None
 
     # -- the connection ---------------------------------------------------
@@ -298,11 +257,9 @@ class Front(Protocol):
 
     def _read_at_once(self, sock: socket.socket) -> None:
         """
-        Read what arrived with the connection (the default listener accepts
-        a connection once its first bytes are in, ``TCP_DEFER_ACCEPT``), so
-        that it is answered without waiting a reactor turn.  Safe because the
-        transport reads nothing of its own before the reactor reports the
-        socket readable; an end of stream is left for the transport to find.
+        Read what came with the connection (``TCP_DEFER_ACCEPT``) without
+        waiting a reactor turn: the transport reads nothing before the
+        reactor reports the socket readable; an end of stream is left to it.
         """
         try:
             data = sock.recv(READ_SIZE)
@@ -337,23 +294,18 @@ class Front(Protocol):
 
     def readConnectionLost(self) -> None:
         """
-        The client half-closed (plain TCP and UNIX transports): answer what
-        it sent, then close.
+        A half-close (TCP and UNIX): answer what came, then close.
         """
         self._eof = True
         self._pump()
 
     def writeConnectionLost(self) -> None:
-        """
-        Never asked for: the front does not half-close.
-        """
+        pass
 
     # -- requests, one at a time ---------------------------------------------
     def _pump(self) -> None:
         """
-        Answer (or feed to the channel) what the connection holds, one
-        request at a time, while nothing is being answered and the
-        transport takes more.
+        Answer, or feed the channel, one request at a time.
         """
         if self._pumping:
             return
@@ -376,8 +328,7 @@ class Front(Protocol):
 
     def _from_cache(self) -> bool:
         """
-        Answer the head at the start of the buffer from the cache, or hand
-        the connection over; ``False`` when it must wait for more bytes.
+        Answer the first head from the cache or hand over; ``False``: wait.
         """
         buf = self._buf
         end = buf.find(b"\r\n\r\n")
@@ -394,10 +345,10 @@ class Front(Protocol):
         self._head_since = None
         self._served = True
         if got.__class__ is tuple:
-            self._reply(got)  # type: ignore[arg-type]
+            self._reply(got)
             return True
         self._waiting = True
-        got.addCallbacks(self._replied_later, self._failed_later)  # type: ignore[union-attr]
+        got.addCallbacks(self._replied_later, self._failed_later)
         return False
 
     def _replied_later(self, reply: Reply) -> None:
@@ -418,17 +369,11 @@ class Front(Protocol):
         data, close = reply
         if close:
             # through the transport, which sends it and closes in one turn
-            self._sock = None
-        self._send(data)
-        if close:
-            self._close_gently()
+            self._close_gently(data)
+        else:
+            self._send(data)
 
     def _send(self, data: bytes) -> None:
-        """
-        Send ``data`` after everything sent before it: straight to the
-        socket while the transport has never queued anything, else through
-        the transport.
-        """
         sock = self._sock
         if sock is not None:
             try:
@@ -442,60 +387,45 @@ class Front(Protocol):
             self._sock = None
         self.transport.write(data)
 
-    def _close_gently(self) -> None:
+    def _close_gently(self, answer: bytes = b"") -> None:
         """
-        Close once the transport has sent what it holds.
+        Send ``answer`` and close once the transport has sent what it holds.
         """
+        if answer:
+            self._sock = None
+            self._send(answer)
         self._closed = True
         self._buf = b""
         self.release()
         self._closing_since = self.factory.clock.seconds()
         self.transport.loseConnection()
 
-    def _refuse(self, answer: bytes) -> None:
-        self._sock = None
-        self._send(answer)
-        self._close_gently()
-
     def _hand_over(self) -> None:
-        """
-        Give the connection to a new twisted.web channel.
-        """
         self._sock = None
         self.channel = self.factory.web.buildProtocol(self.addr)
         self.channel.makeConnection(ChannelTransport(self))
 
     def _feed(self) -> None:
         """
-        Give the channel the next piece of the buffer: up to and including
-        its first CRLF (a CRLF split between two reads counts as one).
+        Feed the channel up to the first CRLF (one split between reads
+        counts), counting the head's bytes against its limit.
         """
         buf = self._buf
-        line_end = True
         if buf[:1] == b"\n" and self._line[-1:] == b"\r":
             end = 1
         else:
             i = buf.find(b"\r\n")
-            if i < 0:
-                end, line_end = len(buf), False
-            else:
-                end = i + 2
+            end = len(buf) if i < 0 else i + 2
         piece, self._buf = buf[:end], buf[end:]
         if not self._in_body:
             self._head_bytes += len(piece)
             if self._head_bytes > MAX_HEAD_BYTES:
-                self._refuse(TOO_LARGE)
+                self._close_gently(TOO_LARGE)
                 return
-            if line_end:
-                line, self._line = self._line + piece, b""
-                if line != b"\r\n":
-                    self._head_lines += 1
-                elif self._head_lines:
-                    # the head is complete (a body may follow)
-                    self._in_body = True
-                    self._head_since = None
-            else:
-                self._line += piece
+            line = self._line + piece
+            self._line = b"" if line.endswith(b"\r\n") else line
+            # a blank line after others ends the head (a body may follow)
+            self._in_body = line == b"\r\n" and self._head_bytes > 2
         try:
             self.channel.dataReceived(piece)
         except Exception as e:
@@ -505,35 +435,29 @@ class Front(Protocol):
             if self._closed:
                 return
             if self._in_flight is None:
-                self._refuse(BAD_REQUEST)
+                self._close_gently(BAD_REQUEST)
             else:
                 self.transport.abortConnection()
 
     def received(self, request: Any) -> None:
         """
-        The channel has a whole request (called by :class:`QuietSite`).
+        The channel has a whole request.
         """
         self._in_flight = request
         self._head_since = None
-        self._head_bytes = self._head_lines = 0
+        self._head_bytes = 0
         self._line = b""
         self._in_body = False
         self._served = True
         request.notifyFinish().addBoth(self._finished)
 
     def _finished(self, result: object) -> None:
-        """
-        The request's answer is complete (or the connection is lost).
-        """
         self._in_flight = None
         if not self._closed:
             self._active_at = self.factory.clock.seconds()
             self._pump()
 
     def channel_closing(self) -> None:
-        """
-        The channel closes the connection.
-        """
         self._closed = True
         self._buf = b""
         self.release()
@@ -541,10 +465,6 @@ class Front(Protocol):
 
     # -- deadlines -------------------------------------------------------------
     def _arm(self) -> None:
-        """
-        Run the head deadline while a head is incomplete: before the first
-        request, and from a request's first byte until its head is whole.
-        """
         if self._closed or self._waiting or self._in_flight is not None or self._in_body:
             self._head_since = None
         elif self._buf or self._head_bytes or not self._served:
@@ -555,9 +475,8 @@ class Front(Protocol):
 
     def check_deadlines(self, now: float) -> None:
         """
-        Abort a connection whose head is overdue, or that was asked to close
-        and still holds an answer its client has not read for as long as
-        the idle timeout; close one idle for that long before a hand-over.
+        Abort an overdue head or a close held up by a client that does not
+        read; close a connection idle before any hand-over.
         """
         factory = self.factory
         closing = self._closing_since
@@ -586,17 +505,11 @@ class Front(Protocol):
                 self.transport.resumeProducing()
 
     def release(self) -> None:
-        """
-        Stop being the transport's producer (the connection is closing).
-        """
         if self._producing:
             self._producing = False
             self.transport.unregisterProducer()
 
     def pauseProducing(self) -> None:
-        """
-        The transport's buffer is full: stop reading and answering.
-        """
         if not self._paused:
             self._paused = True
             self._update_reading()
@@ -604,9 +517,6 @@ class Front(Protocol):
                 self.inner.pauseProducing()
 
     def resumeProducing(self) -> None:
-        """
-        The buffer drained: read and answer again.
-        """
         if self._paused:
             self._paused = False
             if self.inner is not None:
@@ -614,9 +524,6 @@ class Front(Protocol):
             self._pump()
 
     def stopProducing(self) -> None:
-        """
-        The connection is going away.
-        """
         self._closed = True
         if self.inner is not None:
             self.inner.stopProducing()
@@ -624,11 +531,9 @@ class Front(Protocol):
 
 class ChannelTransport:
     """
-    The transport a twisted.web channel gets: the connection's own (whose
-    interfaces it provides, as a protocol wrapper does), except that the
-    channel's producer registration goes to the front, which stays the
-    transport's producer, and that what the channel reads is the front's
-    to decide (it asks to pause and resume reading in vain).
+    A channel's transport: the connection's (whose interfaces it provides,
+    as a protocol wrapper does), but the front stays the producer and
+    decides what the channel reads.
     """
 
     def __init__(self, front: Front) -> None:
