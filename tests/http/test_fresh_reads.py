@@ -33,7 +33,7 @@ def test_fresh_write_read_from_replica(guarded_topology, svc, reactor):
     yield wait_until(reactor, lambda: svc.view.ready, 10, "readiness")
     replicas = {n.host: n for n in topo.replicas}
     for fast in (True, False):
-        svc.svc.site.fast = fast
+        svc.svc.site.cache.enabled = fast
         lsn, tl, row = yield blocking(topo.write)
         # without waiting: the view is older than the write, so the master
         r = yield svc.get(f"/replica?min_lsn={lsn}&timeline={tl}")
