@@ -13,7 +13,7 @@ With ``--direct``, the answer goes straight to the socket with
 ``socket.send`` when the transport has nothing queued (the rest, if any,
 through ``transport.write``), and a ``Connection: close`` answer sent
 whole closes at once: the ceiling of a Twisted protocol that skips the
-buffered write, which is what ``pgstatus/http/shortcut.py`` does.
+buffered write, which is what ``pgstatus/http/front.py`` does.
 
 Usage: ``python bench/ceiling.py [--direct] PORT [ADDRESS]``
 """
