@@ -39,8 +39,8 @@ NOT_AT_START = TLS_STACK | {
     "pgstatus.config.reload", "pgstatus.http.metrics", "pgstatus.monitor.follower",
 }
 #: what the daemon imports at start: the Klein application is the API, built
-#: before the first request, and twisted.web serves what the shortcut leaves
-AT_START = {"klein", "twisted.web.server", "pgstatus.http.app", "pgstatus.http.shortcut"}
+#: before the first request, and twisted.web serves what the answer cache leaves
+AT_START = {"klein", "twisted.web.server", "pgstatus.http.app", "pgstatus.http.front"}
 
 
 def _norm(name: str) -> str:
