@@ -1,8 +1,10 @@
 """
 The same answers on every listener: ``tcp:``, ``tcp6:`` (IPv6 loopback),
 ``unix:``, ``ssl:`` and ``haproxy:tcp:`` (a PROXY header first) listeners,
-each with the API's HTTP server (shortcut and twisted.web, ``/metrics``
-included), are sent the same byte streams and must answer the same bytes
+each with the API's HTTP server (the front, ``/metrics`` included), and a
+plain twisted.web site serving the same Klein resource with no front at all
+on a listener of its own, are sent the same byte streams (hostile ones
+among them); every listener must answer the bytes the plain site answers
 (``Date`` aside) and leave the connection in the same state.  On a UNIX
 socket a request without ``Host`` that reached Klein was answered an HTML
 ``500`` with a critical log line (the local address has no host); it is now
@@ -51,6 +53,17 @@ STREAMS = [
     ("openapi-no-host-close", b"GET /openapi.json HTTP/1.1\r\nConnection: close\r\n\r\n"),
     ("bad-method", b"POST /master HTTP/1.1\r\nContent-Length: 0\r\n\r\n"),
     ("malformed", b"GET /master HTTP/1.1\nHost: x\r\n\r\n"),
+    ("smuggled-lf", b"GET /live HTTP/1.1\r\nHost: x\nContent-Length: 24\r\n\r\n"
+                    b"GET /hosts HTTP/1.1\r\n\r\n"),
+    ("cl-te", b"GET /master HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+              b"0\r\n\r\n"),
+    ("obs-fold", b"GET /master HTTP/1.1\r\nX: a\r\n b\r\n\r\n"),
+    ("two-hosts", b"GET /metrics HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+    ("absolute-form", b"GET http://x/master HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ("keep-alive-then-close", b"GET /master HTTP/1.1\r\nConnection: keep-alive\r\n"
+                              b"Connection: close\r\n\r\nGET /live HTTP/1.1\r\n\r\n"),
+    ("body-then-pipeline", b"GET /master HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"
+                           b"GET /live HTTP/1.1\r\n\r\nGET /metrics HTTP/1.1\r\n\r\n"),
 ]
 _DATE = re.compile(rb"\r\nDate: [^\r]*")
 
@@ -67,13 +80,15 @@ class Stats:
         return FollowStats("hub")
 
 
-def server(reactor):
+def server(reactor, enabled: bool = True):
     """
-    The API's HTTP server, ``/metrics`` included, with counters of its own.
+    The API's HTTP server, ``/metrics`` included, with counters of its own
+    (``enabled=False``: plain twisted.web serving the same Klein resource,
+    with no front at all).
     """
     api = make_api(view, CONFIG, "9.9.9", clock=reactor)
     api.metrics = MetricsRenderer(view, Stats(), api.renderer, lambda: None)
-    return make_site(api, reactor)
+    return make_site(api, reactor, enabled)
 
 
 def read_all(s: socket.socket) -> tuple[bytes, str]:
@@ -136,6 +151,7 @@ def connectors(ports: dict, key, cert) -> dict[str, Callable[[], socket.socket]]
         "ssl": tls,
         "haproxy": lambda: tcp(socket.AF_INET, "127.0.0.1", ports["haproxy"],
                                b"PROXY TCP4 10.1.2.3 192.0.2.7 40000 8000\r\n"),
+        "plain": lambda: tcp(socket.AF_INET, "127.0.0.1", ports["plain"]),
     }
 
 
@@ -153,11 +169,12 @@ def listeners(reactor, certificate, tmp_path):
         "unix": f"unix:{path}",
         "ssl": f"ssl:0:interface=127.0.0.1:privateKey={key}:certKey={cert}",
         "haproxy": "haproxy:tcp:0:interface=127.0.0.1",
+        "plain": "tcp:0:interface=127.0.0.1",
     }
     services, ports = [], {}
     for kind, description in descriptions.items():
-        svc = ListenerService(description_candidates(reactor, description), server(reactor),
-                              log, "server", ("test", 0))
+        svc = ListenerService(description_candidates(reactor, description),
+                              server(reactor, kind != "plain"), log, "server", ("test", 0))
         svc.startService()
         services.append(svc)
         ports[kind] = path if kind == "unix" else svc.port.getHost().port
@@ -177,7 +194,8 @@ def test_every_listener_answers_the_same_bytes(listeners, log_events):
     results = yield gatherResults([threads.deferToThread(conversations, listeners[k])
                                    for k in kinds])
     got = dict(zip(kinds, results, strict=True))
-    reference = got["tcp"]
+    # plain twisted.web, no front: what every listener's front must match
+    reference = got["plain"]
     # the streams were answered as meant (no 500, the right fates)
     fates = {name: (answer.split(b"\r\n", 1)[0], fate) for name, answer, fate in reference}
     assert fates == {
@@ -191,6 +209,13 @@ def test_every_listener_answers_the_same_bytes(listeners, log_events):
         "openapi-no-host-close": (b"HTTP/1.1 200 OK", "closed"),
         "bad-method": (b"HTTP/1.1 405 Method Not Allowed", "open"),
         "malformed": (b"HTTP/1.1 400 Bad Request", "closed"),
+        "smuggled-lf": (b"HTTP/1.1 400 Bad Request", "closed"),
+        "cl-te": (b"HTTP/1.1 400 Bad Request", "closed"),
+        "obs-fold": (b"HTTP/1.1 200 OK", "open"),
+        "two-hosts": (b"HTTP/1.1 200 OK", "open"),
+        "absolute-form": (b"HTTP/1.1 404 Not Found", "open"),
+        "keep-alive-then-close": (b"HTTP/1.1 200 OK", "open"),
+        "body-then-pipeline": (b"HTTP/1.1 200 OK", "open"),
     }
     assert [a.count(b"HTTP/1.1 ") for name, a, _ in reference if name == "pipelined"] == [6]
     for kind in kinds:
