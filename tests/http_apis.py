@@ -4,8 +4,9 @@ Building the HTTP API and its server in tests, as the service wiring does.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config
@@ -22,6 +23,16 @@ def make_api(current: Callable[[], View], config: Config, version: str,
     A :class:`StatusApp` over ``current`` with a fixed ``config``.
     """
     return StatusApp(Renderer(current, ConfigProvider(config), version, fresh), **kwargs)
+
+
+def query(args: Mapping[str, str] | None = None) -> bytes:
+    """
+    ``args`` as a client's raw query string (the ``query`` of
+    :meth:`Renderer.answer <pgstatus.http.responses.Renderer.answer>`),
+    escaped so that :func:`~pgstatus.http.params.parse_query` reads back
+    ``args``.
+    """
+    return urlencode(args or {}).encode()
 
 
 def make_site(api: StatusApp, reactor: Any, enabled: bool = True,

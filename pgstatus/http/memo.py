@@ -14,16 +14,18 @@ sees a new view, so nothing in it can outlive the view it was derived from.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from pgstatus.http.params import REPLICA_ROUTES
 from pgstatus.model.selection import Filters
 from pgstatus.model.status import HostStatus, View
 
 if TYPE_CHECKING:
     from pgstatus.http.answer import Response
+    from pgstatus.http.plan import Plan
 
-#: plans kept per view for each memo of plans (distinct queries beyond are
-#: planned for every request, which is correct, only slower)
+#: plans kept per view for each route and format (distinct queries beyond
+#: are planned for every request, which is correct, only slower)
 MAX_PLANS = 1024
 #: candidate groups kept per view
 MAX_GROUPS = 512
@@ -36,10 +38,10 @@ class ViewMemo:
 
     :ivar answers: a host's answer, by ``(host index or -1 for none,
         as_json)``.
-    :ivar plans_by_args: replica plans by ``(route, sorted arguments,
-        as_json)`` (the Klein path's key).
-    :ivar plans_by_query: replica plans by ``(route, as_json)``, then by the
-        raw query bytes (the fast path's key).
+    :ivar plans: replica plans (:mod:`pgstatus.http.plan`) by
+        ``(route, as_json)`` (every replica route and format, from the
+        start), then by the raw query bytes, as both front ends pass them:
+        no parsing per request.
     :ivar groups: candidate replicas by ``(route, filters)``.
     :ivar hosts: the ``/hosts`` answer.
     :ivar status_answers: ``/status`` answers by host index.
@@ -47,23 +49,12 @@ class ViewMemo:
 
     view: View
     answers: dict[tuple[int, bool], Response] = field(default_factory=dict)
-    plans_by_args: dict[tuple[str, tuple[tuple[str, str], ...], bool], Any] = field(
-        default_factory=dict)
-    plans_by_query: dict[tuple[str, bool], dict[bytes, Any]] = field(default_factory=dict)
+    plans: dict[tuple[str, bool], dict[bytes, Plan]] = field(default_factory=lambda: {
+        (route, as_json): {} for route in REPLICA_ROUTES for as_json in (False, True)})
     groups: dict[tuple[str, Filters], tuple[HostStatus, ...]] = field(default_factory=dict)
     hosts: Response | None = None
     status_answers: dict[int, Response] = field(default_factory=dict)
     _by_name: dict[str, HostStatus] | None = None
-
-    def query_plans(self, route: str, as_json: bool) -> dict[bytes, Any]:
-        """
-        The memo of plans for one route and format, by raw query bytes.
-        """
-        key = (route, as_json)
-        plans = self.plans_by_query.get(key)
-        if plans is None:
-            plans = self.plans_by_query[key] = {}
-        return plans
 
     def by_name(self) -> dict[str, HostStatus]:
         """

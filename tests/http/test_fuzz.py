@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from http_apis import query
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -74,7 +75,7 @@ def test_replica_routes_never_fail(view, route, args, as_json):
     the object of nulls); 400 ``{"error_text": "Invalid <name>"}`` naming a
     parameter of the request.
     """
-    r = Renderer(lambda: view, ConfigProvider(CONFIG), "1").replica(route, args, as_json)
+    r = Renderer(lambda: view, ConfigProvider(CONFIG), "1").answer(route, query(args), as_json)
     names = {h.name: h for h in view.hosts}
     if r.status == 400:
         assert r.content_type == JSON
@@ -154,7 +155,7 @@ def test_choice_satisfies_filters_and_falls_back_only_when_needed(view, route, a
     tier; the master only when no replica passes; 404 only without master.
     """
     renderer = Renderer(lambda: view, ConfigProvider(CONFIG), "1")
-    r = renderer.replica(route, {k: v for k, v in args.items() if k != "wait_ms"}, False)
+    r = renderer.answer(route, query({k: v for k, v in args.items() if k != "wait_ms"}), False)
     if r.status == 400:
         return
     f = parse_filters(route, args, CONFIG)

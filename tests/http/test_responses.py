@@ -13,6 +13,7 @@ import json
 from dataclasses import replace
 
 import pytest
+from http_apis import query
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -105,7 +106,7 @@ class Fixture:
         self.renderer = Renderer(lambda: self.view, ConfigProvider(cfg or config()), "1.2.3")
 
     def replica(self, route: str, args: dict | None = None, as_json: bool = False) -> Response:
-        return self.renderer.replica(route, args or {}, as_json)
+        return self.renderer.answer(route, query(args), as_json)
 
     def bodies(self, route: str, args: dict | None = None, n: int = 8) -> set[str]:
         """
@@ -150,14 +151,14 @@ NOT_READY_VIEW = view(master(0, "m"), replica(1, "a"), ready=False)
         pytest.param(lambda r, j: r.ready(), id="ready"),
     ]
     + [
-        pytest.param(lambda r, j, route=route: r.replica(route, {}, j), id=route)
+        pytest.param(lambda r, j, route=route: r.answer(route, b"", j), id=route)
         for route in sorted(REPLICA_ROUTES)
     ]
     + [
         pytest.param(
-            lambda r, j, route=route: r.replica(
+            lambda r, j, route=route: r.answer(
                 route,
-                {"lag_ms": "-1", "lag_bytes": "x", "min_lsn": "?", "timeline": "0"},
+                query({"lag_ms": "-1", "lag_bytes": "x", "min_lsn": "?", "timeline": "0"}),
                 j,
             ),
             id=f"{route}-invalid-params",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import pytest_twisted
+from http_apis import query
 
 from pgstatus.config.environ import load_config
 from pgstatus.config.provider import ConfigProvider
@@ -36,7 +37,7 @@ def view(*down: str, lagging: str | None = None) -> View:
 
 def answer(v: View, key: str, route: str = "replica", **extra: str) -> str:
     renderer = Renderer(lambda: v, ConfigProvider(CONFIG), "1")
-    r = renderer.replica(route, {"key": key, **extra}, False)
+    r = renderer.answer(route, query({"key": key, **extra}), False)
     assert r.status == 200
     return r.body.decode()
 
@@ -73,7 +74,7 @@ def test_filters_still_apply_with_a_key():
 @pytest.mark.parametrize("bad", ["", "x" * 257])
 def test_invalid_key(bad):
     renderer = Renderer(lambda: view(), ConfigProvider(CONFIG), "1")
-    r = renderer.replica("replica", {"key": bad}, False)
+    r = renderer.answer("replica", query({"key": bad}), False)
     assert (r.status, r.body) == (400, b'{"error_text": "Invalid key"}')
 
 

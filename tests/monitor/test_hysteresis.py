@@ -91,13 +91,13 @@ def test_serving_floor_keeps_least_lagging_replicas():
     # (views memoise answers per renderer configuration: one view each)
     v0 = view(5000, 2000, 9000)
     plain = Renderer(lambda: v0, ConfigProvider(load_config({P + "hosts": "m,r1,r2,r3"})), "1")
-    assert {plain.replica("sync_by_time", {}, False).body for _ in range(4)} == {b"m"}
+    assert {plain.answer("sync_by_time", b"", False).body for _ in range(4)} == {b"m"}
     v = view(5000, 2000, 9000)
     cfg = load_config({P + "hosts": "m,r1,r2,r3", P + "min_serving_replicas": "2"})
     floor = Renderer(lambda: v, ConfigProvider(cfg), "1")
-    assert {floor.replica("sync_by_time", {}, False).body for _ in range(6)} == {b"r1", b"r2"}
+    assert {floor.answer("sync_by_time", b"", False).body for _ in range(6)} == {b"r1", b"r2"}
     # an explicit limit is the client's word: no floor
-    assert floor.replica("sync_by_time", {"lag_ms": "1000"}, False).body == b"m"
+    assert floor.answer("sync_by_time", b"lag_ms=1000", False).body == b"m"
     # /hosts carries the sync_note field (hand-built statuses have none)
     body = json.loads(floor.hosts().body)
     assert all("sync_note" in h for h in body)
