@@ -36,6 +36,7 @@ from pgstatus.config.settings import (
     INT_MAX,
     INT_RE,
     LOG_FORMATS,
+    SPLIT_BRAIN_RULES,
     LOG_LEVELS,
     PREFIX,
     Config,
@@ -210,6 +211,17 @@ def _parse_log_format(environ: Mapping[str, str]) -> str:
     return fmt
 
 
+def _parse_split_brain(environ: Mapping[str, str]) -> str:
+    text = stripped(environ, "split_brain")
+    if text is None:
+        return "first"
+    rule = text.lower()
+    if rule not in SPLIT_BRAIN_RULES:
+        raise ConfigError(PREFIX + "split_brain",
+                          f"must be first or timeline, got {shown_value(text)}")
+    return rule
+
+
 def _parse_text(environ: Mapping[str, str], name: str, default: str) -> str:
     value = raw_value(environ, name)
     if value is None:
@@ -279,6 +291,7 @@ def load_config(environ: Mapping[str, str]) -> Config:
         http_listen=stripped(environ, "http_listen") or "",
         log_level=_parse_log_level(environ),
         log_format=_parse_log_format(environ),
+        split_brain=_parse_split_brain(environ),
         follow=_parse_follow(environ),
         warnings=warnings,
         **numbers,

@@ -28,6 +28,8 @@ LOG_LEVELS = {
     "fatal": "fatal",
 }
 LOG_FORMATS = ("text", "json")
+#: how a split brain (several hosts report master) is resolved
+SPLIT_BRAIN_RULES = ("first", "timeline")
 
 DEFAULT_PG_PORT = 5432
 
@@ -123,6 +125,10 @@ class Config:
     sync_reenter_lag_ms: int | None = None
     sync_reenter_lag_bytes: int | None = None
     min_serving_replicas: int = 0
+    #: an addition of ours: which of several hosts reporting master wins,
+    #: "first" (in host order, the original's rule) or "timeline" (the
+    #: highest timeline, then host order)
+    split_brain: str = "first"
     #: an addition of ours: the HAProxy agent-check port (0: no agent)
     agent_port: int = 0
     #: an addition of ours, follower mode: base URLs of the pg-status
@@ -194,6 +200,7 @@ class Config:
             ("sync_reenter_lag_ms", _opt(self.sync_reenter_lag_ms)),
             ("sync_reenter_lag_bytes", _opt(self.sync_reenter_lag_bytes)),
             ("min_serving_replicas", str(self.min_serving_replicas)),
+            ("split_brain", self.split_brain),
             ("agent_port", str(self.agent_port)),
             ("follow", ",".join(self.follow)),
             ("follow_timeout_ms", str(self.follow_timeout_ms)),

@@ -107,6 +107,9 @@ SETTINGS: tuple[Setting, ...] = (
     _S("min_serving_replicas", "0", _int(0, 1000000), True,
        "Keep this many of the least-lagging live replicas eligible for the sync routes "
        "(0: off)."),
+    _S("split_brain", "first", "first or timeline", True,
+       "Which of several hosts reporting master is selected: the first in hosts order "
+       "(the original's rule), or the one on the highest timeline (then hosts order)."),
     _S("min_lsn_wait_ms", "0", _ms(0, 60000), True,
        "Default wait of a min_lsn request for a replica to catch up (0: answer at once)."),
     _S("http_listen_address", "0.0.0.0", "an IPv4 address, an IPv6 address (brackets "

@@ -76,6 +76,9 @@ class MetricsRenderer:
                     yield f"{name}{{{lab}}} {_num(v)}\n"
 
         hosts = view.hosts
+        yield family("pgstatus_hosts_reporting_master", "gauge",
+                     "Live hosts that report master (more than 1: a split brain).")
+        yield f"pgstatus_hosts_reporting_master {sum(1 for h in hosts if h.alive and h.master)}\n"
         yield from per_host("pgstatus_host_alive", "gauge", "The host is alive.",
                             lambda i: hosts[i].alive)
         yield from per_host("pgstatus_host_possible_dead", "gauge",

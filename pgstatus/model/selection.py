@@ -42,12 +42,23 @@ class Filters:
     floor: int = 0
 
 
-def select_master(hosts: Sequence[HostStatus]) -> HostStatus | None:
+def select_master(hosts: Sequence[HostStatus], rule: str = "first") -> HostStatus | None:
     """
-    The master to report: the first fully responsive master in host order,
-    else the first possibly dead one, else ``None``.  A split brain is thus
-    resolved by the order of ``pg_status__hosts``.
+    The master to report: among the hosts reporting master, the fully
+    responsive ones if any, else the possibly dead ones; within that group
+    the first in host order (``rule="first"``, the original's), or the one
+    on the highest timeline, then the first in host order
+    (``rule="timeline"``: a promoted standby always starts a new timeline,
+    so an old master that still accepts writes loses to it).  ``None`` if
+    no host reports master.
     """
+    if rule == "timeline":
+        for dead in (False, True):
+            group = [h for h in hosts if h.alive and h.master and h.possible_dead is dead]
+            if group:
+                # max() keeps the first of equal timelines: host order
+                return max(group, key=lambda h: -1 if h.timeline is None else h.timeline)
+        return None
     fallback = None
     for h in hosts:
         if h.alive and h.master:

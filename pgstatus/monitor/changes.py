@@ -24,7 +24,10 @@ def describe_changes(old: View, new: View, config: Config
 
     The lines the original service also logs use its words and fields
     (``host state changed``, ``host role changed``, ``replica
-    synchronization changed``); readiness and the master change are ours.
+    synchronization changed``); readiness, the master change and the split
+    brain warning (more than one live host reports master: once when the
+    set of such hosts, their timelines or the selected one changes, not
+    once per check) are ours.
 
     :param config: gives the thresholds the sync lines name.
     :return: ``(level, format, fields)`` triples for :meth:`Logger.emit`.
@@ -81,7 +84,25 @@ def describe_changes(old: View, new: View, config: Config
             "master changed master={master} previous={previous}",
             {"master": bm.name if bm else "none", "previous": am.name if am else "none"},
         ))
+    claims = master_claims(new)
+    if len(claims) > 1 and (claims != master_claims(old)
+                            or (am and am.index) != (bm and bm.index)):
+        out.append((
+            warn,
+            "split brain: several hosts report master masters={masters} selected={selected} "
+            "rule={rule}",
+            {"masters": ",".join(f"{name}(timeline={_n(tl)})" for _, name, tl in claims),
+             "selected": bm.name if bm else "none", "rule": config.split_brain},
+        ))
     return out
+
+
+def master_claims(view: View) -> tuple[tuple[int, str, int | None], ...]:
+    """
+    ``(index, name, timeline)`` of the live hosts that report master, in
+    host order.
+    """
+    return tuple((h.index, h.name, h.timeline) for h in view.hosts if h.alive and h.master)
 
 
 def _health(s: HostStatus) -> str:

@@ -9,7 +9,7 @@ related through the midpoint of the round trip that measured them.
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,8 @@ class Observation:
     :ivar insert_lsn: master: ``pg_current_wal_insert_lsn()``.
     :ivar timeline: master: the timeline of its current WAL file; replica:
         the WAL receiver's timeline, else the control file's.
+    :ivar control_timeline: replica: ``timeline`` came from the control
+        file (no WAL receiver is running, or its statistics are not read).
     :ivar replay_lsn: replica: ``pg_last_wal_replay_lsn()``.
     :ivar receive_lsn: replica: ``pg_last_wal_receive_lsn()``.
     :ivar latest_end_lsn: replica: ``pg_stat_wal_receiver.latest_end_lsn``.
@@ -54,6 +56,7 @@ class Observation:
     replay_ts: float | None = None
     wal_block_size: int | None = None
     wal_segment_size: int | None = None
+    control_timeline: bool = False
 
     def past_header(self, lsn: int) -> int:
         """
@@ -149,6 +152,22 @@ def past_header(lsn: int, block_size: int | None, segment_size: int | None) -> i
         return lsn
     start, size = page_header(lsn, block_size, segment_size)
     return start + size if lsn - start < size else lsn
+
+
+def known_timeline(obs: Observation, previous: int | None) -> Observation:
+    """
+    A replica's observation with its timeline as last known: when the
+    timeline comes from the control file (the WAL receiver is down, as
+    while its master is down) and is older than the one the host reported
+    before, the earlier one stands.  The control file shows a new timeline
+    only after the next restartpoint, and timelines never go back, so the
+    older value says nothing new; taken as is, it differs from the
+    master's and every byte lag turned unknown during a master outage.
+    """
+    if (obs.control_timeline and previous is not None and obs.timeline is not None
+            and obs.timeline < previous):
+        return replace(obs, timeline=previous)
+    return obs
 
 
 def timelines_differ(a: int | None, b: int | None) -> bool:

@@ -94,6 +94,7 @@ def observation_from_row(row: tuple, started: float, sent: float, received: floa
         return Observation(
             started, sent, received, float(now), True,
             timeline=_int(rtl if rtl is not None else ctl),
+            control_timeline=rtl is None and ctl is not None,
             replay_lsn=_int(replay), receive_lsn=_int(receive),
             latest_end_lsn=_int(latest_end),
             replay_ts=None if replay_ts is None else float(replay_ts),

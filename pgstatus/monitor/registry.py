@@ -331,7 +331,7 @@ class Registry:
         """
         hosts = tuple(self._statuses)
         if select:
-            chosen = select_master(hosts)
+            chosen = select_master(hosts, self._settings.current.split_brain)
             if chosen is not None:
                 st = self._states[chosen.index]
                 if st.position is not None:

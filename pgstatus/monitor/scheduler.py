@@ -249,6 +249,7 @@ class HostMonitor:
         registry = self._registry
         was_failing = registry.failures(st)
         if obs.in_recovery:
+            obs = lag.known_timeline(obs, st.timeline)
             current, check_ok, last = registry.lag_references(st)
             lms = lag.lag_ms(obs, current, check_ok, obs.received)
             lb = lag.lag_bytes(obs, current if current is not None else last)

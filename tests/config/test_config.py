@@ -921,6 +921,7 @@ def test_public_items_full():
         ("sync_reenter_lag_ms", ""),
         ("sync_reenter_lag_bytes", ""),
         ("min_serving_replicas", "0"),
+        ("split_brain", "first"),
         ("agent_port", "0"),
         ("follow", ""),
         ("follow_timeout_ms", "3000"),

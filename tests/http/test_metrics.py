@@ -68,6 +68,7 @@ def test_metrics_of_a_live_instance(guarded_topology, reactor):
     assert value(m, "pgstatus_ready") == 1
     assert value(m, "pgstatus_host_master", host=primary) == 1
     assert value(m, "pgstatus_host_selected_master", host=primary) == 1
+    assert value(m, "pgstatus_hosts_reporting_master") == 1
     for n in topo.replicas:
         assert value(m, "pgstatus_host_master", host=n.host) == 0
         assert value(m, "pgstatus_host_alive", host=n.host) == 1

@@ -424,3 +424,36 @@ def test_poll_error_lines_are_the_originals(log_events) -> None:
     ]
     first = next(e for e in log_events if e.get("log_format", "").startswith(POLL_ERRORS))
     assert '"errno":111' in format_json(first)
+
+
+def test_replica_timeline_does_not_fall_back_while_its_receiver_is_down() -> None:
+    """
+    The master goes down: the replica's WAL receiver stops, and its timeline
+    then comes from its control file, older until the next restartpoint.
+    The timeline it last reported stands, so its byte lag is still measured
+    against the master's last position (before: unknown, and every failover
+    logged a burst of lag_bytes=null lines); a later timeline from the
+    control file, or any timeline from the receiver, is taken as it is.
+    """
+    from dataclasses import replace
+
+    clock, svc, (pm, pr) = make(2, sleep_ms="1000", query_timeout_ms="900")
+    svc.startService()
+    pm.answer(master_obs(clock, lsn=2000, timeline=2))
+    pr.answer(replica_obs(clock, replay=1500, timeline=2))
+    assert svc.view.hosts[1].lag_bytes == 500
+    clock.advance(1.0)
+    pm.fail()
+    down = replace(replica_obs(clock, replay=1500, timeline=1), receive_lsn=1500,
+                   control_timeline=True)
+    pr.answer(down)
+    h = svc.view.hosts[1]
+    assert (h.timeline, h.lag_bytes) == (2, 500)
+    clock.advance(1.0)
+    pm.fail()
+    pr.answer(replace(down, timeline=3))
+    assert svc.view.hosts[1].timeline == 3
+    clock.advance(1.0)
+    pm.fail()
+    pr.answer(replica_obs(clock, replay=1500, timeline=1))
+    assert svc.view.hosts[1].timeline == 1
