@@ -220,12 +220,20 @@ class PgStatusService(MultiService):
     def setServiceParent(self, parent: Any) -> None:
         """
         Under twistd, make the application log through our observer (twistd
-        starts logging after the service joins the application).
+        starts logging after the service joins the application).  A log
+        file that cannot be opened ends the process as a configuration
+        error does (one line naming ``--logfile``, exit status 2), before
+        anything listens.
         """
         config = self.settings.current
         if self._server_options is not None:
-            self.log_observer = install_observer(parent, self._server_options,
-                                                 config.log_level, config.log_format)
+            try:
+                self.log_observer = install_observer(parent, self._server_options,
+                                                     config.log_level, config.log_format)
+            except ConfigError as e:
+                from pgstatus.config.check import refuse_start
+
+                refuse_start(e)
         super().setServiceParent(parent)
 
     def startService(self) -> None:

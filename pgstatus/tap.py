@@ -41,12 +41,16 @@ class Options(usage.Options):
     def postOptions(self) -> None:
         """
         With ``--check-config``, check and exit, before twistd does anything
-        (no pid file, no log file).
+        (no pid file, no log file).  twistd's own options are parsed by
+        then, so the log file a start would open is checked too.
         """
         if self["check-config"]:
             from pgstatus.config.check import run_check
+            from pgstatus.logging.twistd import log_file_error
 
-            raise SystemExit(run_check(process_environ(), sys.stdout))
+            error = log_file_error(self.parent)
+            raise SystemExit(run_check(process_environ(), sys.stdout,
+                                       () if error is None else (error,)))
 
 
 def make_service(config: Config, reactor: Any = None,
@@ -117,6 +121,6 @@ def makeService(options: Options, reactor: Any = None) -> PgStatusService:
         config = load_config(with_env_file(environ))
         return make_service(config, reactor, server_options=options.parent, environ=environ)
     except ConfigError as e:
-        sys.stderr.write(f"pg-status: configuration error: {e}\n")
-        sys.stderr.flush()
-        raise SystemExit(2) from None
+        from pgstatus.config.check import refuse_start
+
+        refuse_start(e)

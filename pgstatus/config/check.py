@@ -10,14 +10,16 @@ the first invalid variable; the check reports that one, sets it aside (as
 if it were not set) and validates again, until the rest is valid, so that
 every invalid variable is named at once.  Nothing listens and nothing
 connects; the only files read are the environment file and the password
-file.
+file.  An error reads as the line a start prints for it
+(:func:`error_line`, :func:`refuse_start`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from pgstatus.config.environ import load_config
 from pgstatus.config.files import with_env_file
@@ -104,19 +106,41 @@ def _count(n: int, what: str) -> str:
     return f"{n} {what}" + ("" if n == 1 else "s")
 
 
-def run_check(environ: Mapping[str, str], out: TextIO) -> int:
+def error_line(error: ConfigError) -> str:
+    """
+    The line that reports ``error``, the same from a start and from the
+    check: ``pg-status: configuration error: <variable>: <reason>``.
+    """
+    return f"pg-status: configuration error: {error}"
+
+
+def refuse_start(error: ConfigError) -> NoReturn:
+    """
+    What a start does with an invalid configuration, before anything
+    listens: :func:`error_line` on standard error, and exit status 2.
+    """
+    sys.stderr.write(error_line(error) + "\n")
+    sys.stderr.flush()
+    raise SystemExit(2) from None
+
+
+def run_check(environ: Mapping[str, str], out: TextIO,
+              more: Sequence[ConfigError] = ()) -> int:
     """
     The ``--check-config`` command: check, print every problem on a line
     of its own, then a summary line.
 
     :param environ: the process environment.
     :param out: where the lines go (standard output).
+    :param more: errors found outside the environment that a start would
+        meet after the configuration's (a log file that cannot be opened).
     :return: the exit status: 0 if pg-status would start (warnings
         allowed), 2 if not (as a start with this configuration exits).
     """
-    result = check_environ(environ)
+    checked = check_environ(environ)
+    result = CheckResult(checked.errors + tuple(more), checked.warnings)
     for error in result.errors:
-        out.write(f"pg-status: configuration error: {error}\n")
+        out.write(error_line(error) + "\n")
     for warning in result.warnings:
         out.write(f"pg-status: configuration warning: {warning}\n")
     warned = _count(len(result.warnings), "warning")

@@ -10,10 +10,14 @@ partially configured locality dimension) are returned in
 
 General rules:
 
+* Every value must be UTF-8 text: a value with bytes that are not (which
+  ``os.environ`` hands on as lone surrogates) is an error naming its
+  variable.
 * An empty value of an optional variable means "not set": the default
   applies. For variables whose value is parsed (numbers, ports, addresses,
   levels, locality), surrounding whitespace is ignored, so a blank value is
-  also "not set".
+  also "not set".  An integer is plain decimal digits, at most
+  :data:`~pgstatus.config.settings.MAX_INT_DIGITS` of them.
 * ``pg_status__pg_password`` is the exception: an empty value is an empty
   password (libpq then falls back to ``PGPASSFILE``). Its value never
   appears in errors, ``repr(Config)`` or :meth:`Config.public_items`.
@@ -32,17 +36,20 @@ from collections.abc import Mapping
 from pgstatus.config.files import read_password_file
 from pgstatus.config.locality import resolve_locality
 from pgstatus.config.settings import (
+    C_INT_MAX,
     DEFAULT_PG_PORT,
     INT_MAX,
     INT_RE,
     LOG_FORMATS,
     SPLIT_BRAIN_RULES,
     LOG_LEVELS,
+    MAX_INT_DIGITS,
     PREFIX,
     Config,
     ConfigError,
     HostConfig,
     check_no_nul,
+    check_utf8,
     raw_value,
     shown_value,
     stripped,
@@ -64,7 +71,12 @@ def _parse_int(variable: str, text: str, lo: int, hi: int, expected: str) -> int
     if not INT_RE.fullmatch(text):
         raise ConfigError(variable, f"must be {expected}, got {shown_value(text)}")
     # Check the length before int(): huge digit strings are slow to convert
-    # and may exceed Python's int conversion limit.
+    # and exceed Python's int conversion limit (leading zeros count too).
+    if len(text) > MAX_INT_DIGITS:
+        raise ConfigError(variable,
+                          f"must be {expected}, got {shown_value(text)}, which has "
+                          f"{len(text)} digits (at most {MAX_INT_DIGITS}, leading zeros "
+                          "included)")
     significant = text.lstrip("0")
     if len(significant) > len(str(INT_MAX)) or (significant and int(significant) > INT_MAX):
         raise ConfigError(variable,
@@ -91,7 +103,8 @@ _INT_SETTINGS: dict[str, tuple[int, int, str]] = {
     "min_lsn_wait_ms": (0, 60000, "an integer from 0 to 60000"),
     "http_max_connections": (1, 1000000, "an integer from 1 to 1000000"),
     "http_idle_timeout_ms": (1, INT_MAX, "an integer greater than 0"),
-    "http_header_timeout_ms": (1, INT_MAX, "an integer greater than 0"),
+    # its seconds are a TCP_DEFER_ACCEPT, a C int
+    "http_header_timeout_ms": (1, C_INT_MAX, f"an integer from 1 to {C_INT_MAX}"),
     "sync_evict_after_checks": (0, 1000000, "an integer from 0 to 1000000"),
     "sync_reenter_lag_ms": (0, INT_MAX, "a non-negative integer"),
     "sync_reenter_lag_bytes": (0, INT_MAX, "a non-negative integer"),
@@ -255,12 +268,14 @@ def load_config(environ: Mapping[str, str]) -> Config:
     pg_password = environ.get(PREFIX + "pg_password")
     password_file = stripped(environ, "pg_password_file")
     if password_file is not None:
+        check_no_nul(PREFIX + "pg_password_file", password_file)
         if pg_password is not None:
             raise ConfigError(PREFIX + "pg_password_file",
                               "set either it or pg_status__pg_password, not both")
         pg_password = read_password_file(password_file)
     if pg_password is None:
         pg_password = "postgres"
+    check_utf8(PREFIX + "pg_password", pg_password, secret=True)
     check_no_nul(PREFIX + "pg_password", pg_password, secret=True)
 
     dcs, current_dc, use_dc, dc_warning = resolve_locality(environ, "dc", host_names)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pgstatus.config.settings import (
     ENV_NAME_RE,
@@ -20,33 +20,82 @@ from pgstatus.config.settings import (
     stripped,
 )
 
+#: the largest file configuration reads (the password file, the environment
+#: file): far more than either holds, and a bound on what a wrong path costs
+MAX_FILE_BYTES = 1 << 20
+
+
+def read_regular_file(variable: str, path: str,
+                      check: Callable[[os.stat_result], None] | None = None) -> bytes:
+    """
+    The content of the regular file ``path``, read without ever blocking
+    or reading without end: anything but a regular file (a FIFO that no one
+    writes, ``/dev/zero``, a directory) is refused before it is opened, the
+    file is opened non-blocking and checked again once open (in case the
+    path changed in between), and at most :data:`MAX_FILE_BYTES` are read.
+
+    :param variable: the variable that names the file, for errors.
+    :param check: also called with the file's status, before and once
+        open, to refuse more (e.g. permissions); raises :class:`ConfigError`.
+    :raise ConfigError: naming ``variable``: the file is missing,
+        unreadable, not a regular file or too large.
+    """
+    try:
+        before = os.stat(path)
+        if not stat.S_ISREG(before.st_mode):
+            raise ConfigError(variable, f"{path!r} is not a regular file")
+        if check is not None:
+            check(before)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as e:
+        raise ConfigError(variable, f"cannot read {path!r}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(variable, f"{path!r} is not a regular file")
+        if check is not None:
+            check(st)
+        too_large = ConfigError(variable, f"{path!r} is larger than {MAX_FILE_BYTES} bytes")
+        if st.st_size > MAX_FILE_BYTES:
+            raise too_large
+        chunks = []
+        size = 0
+        while chunk := os.read(fd, MAX_FILE_BYTES + 1 - size):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_FILE_BYTES:  # it grew since fstat
+                raise too_large
+        return b"".join(chunks)
+    except OSError as e:
+        raise ConfigError(variable, f"cannot read {path!r}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+
 
 def read_password_file(path: str) -> str:
     """
     The password in ``path`` (``pg_status__pg_password_file``), read once
     at startup.  Like libpq with ``.pgpass``, the file must be a regular
     file that neither its group nor others may access (``chmod 0600``).
-    One trailing line break is dropped.
+    It is read as :func:`read_regular_file` says.  One trailing line break
+    is dropped.
 
-    :raise ConfigError: the file is missing, unreadable or too open; the
-        message never contains the file's content.
+    :raise ConfigError: the file is missing, unreadable, too open, too
+        large or not UTF-8; the message never contains the file's content.
     """
     variable = PREFIX + "pg_password_file"
+
+    def private(st: os.stat_result) -> None:
+        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigError(
+                variable,
+                f"{path!r} has permissions {stat.S_IMODE(st.st_mode):04o}; group and others "
+                "must have no access (chmod 0600)")
+
+    data = read_regular_file(variable, path, private)
     try:
-        st = os.stat(path)
-    except OSError as e:
-        raise ConfigError(variable, f"cannot read {path!r}: {e.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(variable, f"{path!r} is not a regular file")
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ConfigError(
-            variable,
-            f"{path!r} has permissions {stat.S_IMODE(st.st_mode):04o}; group and others "
-            "must have no access (chmod 0600)")
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
         raise ConfigError(variable, f"cannot read {path!r}: {type(e).__name__}") from None
     if text.endswith("\r\n"):
         text = text[:-2]
@@ -138,16 +187,15 @@ def _unescape_double(value: str) -> str:
 def read_env_file(path: str) -> dict[str, str]:
     """
     The variables set in the environment file ``path`` (see
-    :func:`parse_env_file`).  The only I/O is reading the file.
+    :func:`parse_env_file`), read as :func:`read_regular_file` says.  The
+    only I/O is reading the file.
 
     :raises ConfigError: naming ``pg_status__env_file`` when the file cannot
         be read or a line is invalid.
     """
+    data = read_regular_file(ENV_FILE, path)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as e:
-        raise ConfigError(ENV_FILE, f"cannot read {path!r}: {e.strerror}") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError(ENV_FILE, f"{path!r} is not UTF-8 text") from None
     return parse_env_file(text, path)

@@ -15,6 +15,7 @@ from pgstatus.config.settings import (
     PREFIX,
     ConfigError,
     check_no_nul,
+    shown_bytes,
     shown_value,
     stripped,
 )
@@ -57,6 +58,13 @@ def _resolve_current(environ: Mapping[str, str], name: str) -> tuple[str | None,
         return None, None
     value = environ.get(ref)
     value = value.strip() if value is not None else ""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(
+            env_variable,
+            f"the referenced variable {ref} must be UTF-8 text, got {shown_bytes(value)}",
+        ) from None
     if "\x00" in value:
         raise ConfigError(
             env_variable,

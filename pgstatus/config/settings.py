@@ -15,6 +15,12 @@ from dataclasses import dataclass, field
 PREFIX = "pg_status__"
 
 INT_MAX = 2**63 - 1
+#: the largest value of a C ``int``: the bound of a setting handed to the
+#: system as one (``http_header_timeout_ms``, in seconds a TCP_DEFER_ACCEPT)
+C_INT_MAX = 2**31 - 1
+#: the most digits an integer value may have, leading zeros included: room
+#: for any value in range, and no string Python's ``int()`` refuses
+MAX_INT_DIGITS = 32
 INT_RE = re.compile(r"[0-9]+")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_SHOWN = 64
@@ -234,24 +240,76 @@ def shown_value(value: str) -> str:
     return repr(value)
 
 
+def shown_bytes(value: str) -> str:
+    """
+    Quote a (non-secret) value that is not UTF-8 text for an error
+    message, as the bytes it was (``b'db\\xff1'``), shortened if long.
+    """
+    try:
+        raw = value.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no undecodable byte stands for
+        raw = value.encode("utf-8", "backslashreplace")
+    if len(raw) > _MAX_SHOWN:
+        return repr(raw[: _MAX_SHOWN - 3]) + "..."
+    return repr(raw)
+
+
+def check_utf8(variable: str, value: str, secret: bool = False) -> None:
+    """
+    Refuse a value that is not UTF-8 text.
+
+    On Linux ``os.environ`` decodes the bytes of a value that are not UTF-8
+    to lone surrogates (PEP 383) instead of failing; such a value would be
+    accepted and then fail far from here, unnamed (a host never checked, a
+    user libpq cannot send).  Every value is checked where it is read, so
+    that the error names its variable.
+
+    :param secret: the value is a password: the error does not show it.
+    :raises ConfigError: ``value`` holds a surrogate.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        if secret:
+            raise ConfigError(variable, "must be UTF-8 text") from None
+        raise ConfigError(variable, f"must be UTF-8 text, got {shown_bytes(value)}") from None
+
+
 def raw_value(environ: Mapping[str, str], name: str) -> str | None:
-    """The raw value of ``pg_status__<name>``, ``None`` if absent or empty."""
+    """
+    The raw value of ``pg_status__<name>``, ``None`` if absent or empty.
+
+    :raises ConfigError: the value is not UTF-8 text (:func:`check_utf8`).
+    """
     value = environ.get(PREFIX + name)
     if value is None or value == "":
         return None
+    check_utf8(PREFIX + name, value)
     return value
 
 
 def stripped(environ: Mapping[str, str], name: str) -> str | None:
-    """The stripped value of ``pg_status__<name>``, ``None`` if absent or blank."""
+    """
+    The stripped value of ``pg_status__<name>``, ``None`` if absent or blank.
+
+    :raises ConfigError: the value is not UTF-8 text (:func:`check_utf8`).
+    """
     value = environ.get(PREFIX + name)
     if value is None:
         return None
+    check_utf8(PREFIX + name, value)
     value = value.strip()
     return value or None
 
 
 def check_no_nul(variable: str, value: str, secret: bool = False) -> None:
+    """
+    Refuse a value with a NUL character, which no C string (libpq's
+    parameters, a path) can carry.
+
+    :param secret: the value is a password: the error does not show it.
+    :raises ConfigError: ``value`` holds a NUL character.
+    """
     if "\x00" in value:
         if secret:
             raise ConfigError(variable, "must not contain a NUL character")

@@ -17,7 +17,7 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pgstatus.config.settings import ENV_NAME_RE, INT_MAX, PREFIX, shown_value
+from pgstatus.config.settings import C_INT_MAX, ENV_NAME_RE, INT_MAX, PREFIX, shown_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ def _int(lo: int, hi: int = INT_MAX) -> str:
 
 
 _S = Setting
-_TEXT = "text (no NUL character)"
+_TEXT = "UTF-8 text (no NUL character)"
 _LOCALITY_LIST = "comma-separated list of text, one per host entry, in the same order"
 _ENV_NAME = "an environment variable name matching [A-Za-z_][A-Za-z0-9_]*"
 
@@ -125,7 +125,7 @@ SETTINGS: tuple[Setting, ...] = (
        "one more is answered 503 and closed."),
     _S("http_idle_timeout_ms", "60000", _ms(1), False,
        "Idle keep-alive HTTP connections are closed after this long."),
-    _S("http_header_timeout_ms", "10000", _ms(1), False,
+    _S("http_header_timeout_ms", "10000", _ms(1, C_INT_MAX), False,
        "A request head must arrive complete within this long."),
     _S("agent_port", "0", _int(0, 65535), False,
        "TCP port of the HAProxy agent-check listener (0: off)."),

@@ -6,7 +6,10 @@ given none, and reopening the log file on SIGHUP.
 
 from __future__ import annotations
 
+import errno
+import os
 import signal
+import stat
 import sys
 from collections.abc import Mapping
 from types import FrameType
@@ -16,8 +19,12 @@ from twisted.logger import (
     ILogObserver,
 )
 
+from pgstatus.config.settings import ConfigError
 from pgstatus.logging.observers import LevelFilter, ReopenableFile, make_observer
 from pgstatus.logging.syslogging import make_syslog_observer
+
+#: twistd's option that names the log file, as an error about the file names it
+LOGFILE_OPTION = "--logfile"
 
 
 def observer() -> ILogObserver:
@@ -99,20 +106,83 @@ def observer_for_twistd(
     :param server_options: twistd's parsed options (``ServerOptions``).
     :param level: Minimum level name.
     :param fmt: ``text`` or ``json``.
+    :raise ConfigError: naming ``--logfile``: the log file cannot be opened
+        for appending (as :func:`log_file_error` tells beforehand).
     """
     if server_options.get("syslog"):
         prefix = server_options.get("prefix") or "twisted"
         return make_syslog_observer(
             prefix="pg-status" if prefix == "twisted" else prefix, level=level
         )
-    logfile = server_options.get("logfile") or ""
-    if logfile == "-" and _is_daemon(server_options):
+    if server_options.get("logfile") == "-" and _is_daemon(server_options):
         sys.exit("Daemons cannot log to stdout, exiting!")
+    path = log_file_path(server_options)
+    if path is None:
+        return make_observer(level, fmt)
+    try:
+        stream = ReopenableFile(path)
+    except OSError as e:
+        raise ConfigError(LOGFILE_OPTION, _cannot_append(path, e.strerror or str(e))) from None
+    return make_observer(level, fmt, stream)
+
+
+def log_file_path(server_options: Mapping[str, Any]) -> str | None:
+    """
+    The file :func:`observer_for_twistd` appends to under these options
+    (``--logfile``, or ``twistd.log`` for a daemon without one), or
+    ``None`` when it writes to syslog or stderr.
+    """
+    if server_options.get("syslog"):
+        return None
+    logfile = server_options.get("logfile") or ""
     if not logfile and _is_daemon(server_options):
         logfile = "twistd.log"
-    if logfile and logfile != "-":
-        return make_observer(level, fmt, ReopenableFile(logfile))
-    return make_observer(level, fmt)
+    return logfile if logfile and logfile != "-" else None
+
+
+def _cannot_append(path: str, why: str) -> str:
+    return f"cannot open {path!r} for appending: {why}"
+
+
+def log_file_error(server_options: Mapping[str, Any] | None) -> ConfigError | None:
+    """
+    The error :func:`install_observer` would raise for these twistd options
+    because the log file cannot be opened for appending, found without
+    creating or changing anything (for ``--check-config``): the file must
+    be writable, or, if it does not exist, its directory.
+
+    :param server_options: twistd's options (the plugin options'
+        ``parent``), or :obj:`None` outside twistd.
+    """
+    if server_options is None or server_options.get("logger"):
+        return None
+    path = log_file_path(server_options)
+    if path is None:
+        return None
+    why = _append_problem(path)
+    return None if why is None else ConfigError(LOGFILE_OPTION, _cannot_append(path, why))
+
+
+def _append_problem(path: str) -> str | None:
+    """
+    Why ``open(path, "a")`` would fail, as its error would say, or ``None``.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            st = os.stat(directory)
+        except OSError as e:
+            return e.strerror
+        if not stat.S_ISDIR(st.st_mode):
+            return os.strerror(errno.ENOTDIR)
+        return None if os.access(directory, os.W_OK | os.X_OK) else os.strerror(errno.EACCES)
+    except OSError as e:
+        return e.strerror
+    if stat.S_ISDIR(st.st_mode):
+        return os.strerror(errno.EISDIR)
+    return None if os.access(path, os.W_OK) else os.strerror(errno.EACCES)
 
 
 def install_observer(
@@ -155,6 +225,8 @@ def install_observer(
     :param fmt: ``text`` or ``json``.
     :param sighup: Install the SIGHUP handler of :obj:`reopen_on_sighup`.
     :return: The installed observer, or :obj:`None`.
+    :raise ConfigError: naming ``--logfile``: the log file cannot be opened
+        for appending.
     """
     if server_options is None or server_options.get("logger"):
         return None
