@@ -12,10 +12,13 @@ from typing import Any
 
 from pgstatus.monitor.lag import Observation
 
+#: the WAL receiver's part; ``from pg_catalog.pg_stat_wal_receiver`` is
+#: written in lower case as the original service writes it, so tools that
+#: find the poll query in ``pg_stat_activity`` by that text find ours too
 _RECEIVER = (
     "(SELECT pg_catalog.pg_wal_lsn_diff(latest_end_lsn, '0/0')::pg_catalog.int8"
-    " FROM pg_catalog.pg_stat_wal_receiver)",
-    "(SELECT received_tli::pg_catalog.int8 FROM pg_catalog.pg_stat_wal_receiver)",
+    " from pg_catalog.pg_stat_wal_receiver)",
+    "(SELECT received_tli::pg_catalog.int8 from pg_catalog.pg_stat_wal_receiver)",
 )
 _CONTROL = ("CASE WHEN r.rec THEN (SELECT timeline_id::pg_catalog.int8"
             " FROM pg_catalog.pg_control_checkpoint()) END")
