@@ -332,9 +332,12 @@ class PostgresProbe:
                                   rows=len(rows))
             try:
                 return observation_from_row(rows[0], started, sent, received, self._geometry)
-            except (ValueError, TypeError) as e:
+            except Exception as e:
+                # an invalid value (ValueError names the field) or a row
+                # that is not one at all: a failed check, as a failed query
                 self._close_conn()
-                raise CheckFailed("validate_result", str(e)) from None
+                raise CheckFailed("validate_result", str(e) if isinstance(e, ValueError)
+                                  else f"{type(e).__name__}: {e}") from None
 
     async def _run(self, query: str) -> Any:
         try:

@@ -182,29 +182,41 @@ class Registry:
                        ) -> HostStatus:
         """
         Record a successful check of ``state``'s host, step its sync-set
-        membership and publish.
+        membership and publish.  If anything here raises, the host's state
+        is put back as it was before the call and the exception propagates
+        (the scheduler then records a failed check).
 
         :param replayed_through: see :attr:`HostStatus.replayed_through`.
         :return: the host's new published status.
         """
         config = self._settings.current
-        state.checked = True
-        state.reached = True
-        state.failures = 0
-        state.last_failed = False
-        state.master = master
-        state.lsn = lsn
-        state.replayed_through = replayed_through
-        state.timeline = timeline
-        state.lag_ms = 0 if master else lag_ms
-        state.lag_bytes = 0 if master else lag_bytes
-        state.position = position if master else None
-        n = config.sync_evict_after_checks
-        state.sync_time = sync.step(state.sync_time, state.lag_ms, config.sync_max_lag_ms,
-                                    config.sync_reenter_lag_ms, n)
-        state.sync_bytes = sync.step(state.sync_bytes, state.lag_bytes,
-                                     config.sync_max_lag_bytes, config.sync_reenter_lag_bytes, n)
-        return self._publish_host(state)
+        saved = {name: getattr(state, name) for name in HostState.__slots__}
+        try:
+            state.checked = True
+            state.reached = True
+            state.failures = 0
+            state.last_failed = False
+            state.master = master
+            state.lsn = lsn
+            state.replayed_through = replayed_through
+            state.timeline = timeline
+            state.lag_ms = 0 if master else lag_ms
+            state.lag_bytes = 0 if master else lag_bytes
+            state.position = position if master else None
+            n = config.sync_evict_after_checks
+            state.sync_time = sync.step(state.sync_time, state.lag_ms, config.sync_max_lag_ms,
+                                        config.sync_reenter_lag_ms, n)
+            state.sync_bytes = sync.step(state.sync_bytes, state.lag_bytes,
+                                         config.sync_max_lag_bytes,
+                                         config.sync_reenter_lag_bytes, n)
+            return self._publish_host(state)
+        except BaseException:
+            # All or nothing: the caller records the check as failed
+            # instead, on top of the state before it (its failure count
+            # going on, not restarting from this success).
+            for name, value in saved.items():
+                setattr(state, name, value)
+            raise
 
     def record_failure(self, state: HostState) -> HostStatus:
         """

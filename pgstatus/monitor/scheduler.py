@@ -21,7 +21,7 @@ from twisted.python.failure import Failure
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config
 from pgstatus.model.stats import Histogram
-from pgstatus.monitor import lag
+from pgstatus.monitor import lag, values
 from pgstatus.monitor.errorlog import PollErrorLimiter
 from pgstatus.monitor.failures import CheckFailed
 from pgstatus.monitor.lag import MasterPosition, Observation
@@ -83,6 +83,8 @@ class HostMonitor:
         self.checking = False
         self._waiters: list[Callable[[], None]] = []
         self._late_failures = 0
+        #: the check in progress has been recorded (as a success or failure)
+        self._recorded = False
         self.checks = 0
         self.extra_checks = 0
         #: durations of completed checks (for /metrics)
@@ -173,6 +175,7 @@ class HostMonitor:
         if not self._running:
             return
         self.checking = True
+        self._recorded = False
         self.checks += 1
         started = self.last_started = self._clock.seconds()
         budget = self._settings.current.query_timeout_ms / 1000
@@ -183,13 +186,35 @@ class HostMonitor:
             d = Deferred()
             d.errback(Failure())
         d.addBoth(self._checked, started, deadline)
-        d.addErrback(self._bug)
+        d.addErrback(self._internal_error, started)
 
-    def _bug(self, f: Failure) -> None:
-        # Never let an error stop the schedule.
-        log.failure("internal error in check of host={host}", f, level=LogLevel.error,
+    def _internal_error(self, f: Failure, started: float) -> None:
+        """
+        An exception in handling a check's result here (computing lags,
+        recording, publishing).  Until the check is recorded, it makes the
+        check a failed one, counted and logged as a failed query is (the
+        ``validate_result`` poll-error line, under the host's rate limit);
+        the traceback goes to debug.  After (a failure in what follows the
+        recording), only a line under the same rate limit.  Either way the
+        schedule goes on: the next check is due a period after this one
+        started.
+        """
+        log.failure("internal error in check of host={host}", f, level=LogLevel.debug,
                     host=self.name)
-        self._finish(self._clock.seconds())
+        try:
+            if self._running and not self._recorded:
+                e = f.value
+                why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+                self._record_failure(Failure(CheckFailed("validate_result", why)), False, started)
+                return
+        except Exception:
+            f = Failure()
+        finally:
+            if self.checking:
+                self._finish(started)
+        if self._limiter.on_failure(self._clock.seconds()):
+            log.failure("internal error in check of host={host}", f, level=LogLevel.error,
+                        host=self.name)
 
     def _checked(self, result: Observation | Failure, started: float, deadline: Deadline) -> None:
         timed_out = deadline.fired
@@ -209,7 +234,21 @@ class HostMonitor:
                 and master_mon.checking:
             self._wait_for_master(master_mon, result, started)
             return
-        self._record_success(result)
+        self._complete(result, started)
+
+    def _complete(self, obs: Observation, started: float) -> None:
+        """
+        Record a successful probe's observation and end the check.  An
+        exception on the way is a failed check (:meth:`_internal_error`),
+        so whatever the probe returned, the check ends recorded: a host's
+        first check always makes it checked, and readiness never waits on
+        a check that raised.
+        """
+        try:
+            self._record_success(obs)
+        except Exception:
+            self._internal_error(Failure(), started)
+            return
         self._finish(started)
 
     def _wait_for_master(self, master_mon: HostMonitor, obs: Observation, started: float) -> None:
@@ -227,8 +266,9 @@ class HostMonitor:
             if limit.active():
                 limit.cancel()
             if self._running:
-                self._record_success(obs)
-            self._finish(started)
+                self._complete(obs, started)
+            else:
+                self._finish(started)
 
         limit = self._clock.callLater(
             max(0.0, started + self._period() - self._clock.seconds()), go)
@@ -245,20 +285,31 @@ class HostMonitor:
         self._timer = self._clock.callLater(delay, self._run)
 
     def _record_success(self, obs: Observation) -> None:
+        """
+        Compute the lags, check them (non-negative integers or unknown) and
+        record the check as a success.  Raises, with nothing recorded, if
+        any of that fails; the failure limit and back-off are reset only
+        once the success is recorded.
+        """
         st = self.state
         registry = self._registry
         was_failing = registry.failures(st)
         if obs.in_recovery:
             obs = lag.known_timeline(obs, st.timeline)
             current, check_ok, last = registry.lag_references(st)
-            lms = lag.lag_ms(obs, current, check_ok, obs.received)
-            lb = lag.lag_bytes(obs, current if current is not None else last)
+            lms = values.lag("lag_ms", lag.lag_ms(obs, current, check_ok, obs.received))
+            lb = values.lag("lag_bytes",
+                            lag.lag_bytes(obs, current if current is not None else last))
             lsn = obs.replay_lsn
             through = None if lsn is None else obs.past_header(lsn)
             position = None
         else:
             lms, lb, lsn, through = 0, 0, obs.wal_lsn, None
             position = MasterPosition.from_observation(obs)
+        registry.record_success(st, master=not obs.in_recovery, lsn=lsn, timeline=obs.timeline,
+                                lag_ms=lms, lag_bytes=lb, position=position,
+                                replayed_through=through)
+        self._recorded = True
         self._late_failures = 0
         self._limiter.on_success()
         if was_failing:
@@ -271,9 +322,6 @@ class HostMonitor:
             lsn=lsn, tl=obs.timeline, lms=lms, lb=lb,
             ms=round((obs.received - obs.started) * 1000),
         )
-        registry.record_success(st, master=not obs.in_recovery, lsn=lsn, timeline=obs.timeline,
-                                lag_ms=lms, lag_bytes=lb, position=position,
-                                replayed_through=through)
 
     def _record_failure(self, f: Failure, timed_out: bool, started: float) -> None:
         st = self.state
@@ -302,6 +350,7 @@ class HostMonitor:
             log.emit(level, "PostgreSQL operation failed operation={operation} host={host} "
                      "error={error}", operation="check", host=self.name,
                      error=f"{type(err).__name__}: {err}", failures=failures)
+        self._recorded = True
         status = registry.record_failure(st)
         late = isinstance(err, CheckFailed) and err.late
         if late and not status.alive:
