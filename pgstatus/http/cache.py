@@ -75,7 +75,10 @@ class AnswerCache:
         if r.__class__ is not Response:
             d: Deferred[Response] = r  # type: ignore[assignment]
             return d.addCallback(self.reply, parsed, date)
-        return self.reply(r, parsed, date)
+        # as reply() does, inline: this is every cached request's path
+        self._count(parsed.route, r.status)
+        before, after = self.replay.parts(r, parsed.head_only, parsed.close)
+        return before + date + after, bool(parsed.close)
 
     def reply(self, r: Response, parsed: Head, date: bytes) -> Reply:
         """

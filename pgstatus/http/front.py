@@ -315,41 +315,44 @@ class Front(Protocol):
                                      or self._in_flight is not None):
                 if self.channel is not None:
                     self._feed()
-                elif not self._from_cache():
-                    break
+                    continue
+                # the answer cache (inline: every cached request passes here)
+                buf = self._buf
+                end = buf.find(b"\r\n\r\n")
+                if end < 0:
+                    if plausible(buf):
+                        break
+                    self._hand_over()
+                    continue
+                got = self.factory.cache.serve(buf[:end + 4])
+                if got is None:
+                    self._hand_over()
+                    continue
+                self._buf = buf[end + 4:]
+                self._head_since = None
+                self._served = True
+                if got.__class__ is tuple:
+                    data, close = got
+                    if close:
+                        # through the transport: it sends it and closes in one turn
+                        self._close_gently(data)
+                    else:
+                        self._send(data)
+                else:
+                    self._waiting = True
+                    got.addCallbacks(self._replied_later, self._failed_later)
         finally:
             self._pumping = False
-        if self._eof and not (self._closed or self._paused or self._waiting
-                              or self._in_flight is not None):
-            # answered all the client sent (bar an unfinished request)
-            self._close_gently()
-        self._arm()
-        self._update_reading()
-
-    def _from_cache(self) -> bool:
-        """
-        Answer the first head from the cache or hand over; ``False``: wait.
-        """
-        buf = self._buf
-        end = buf.find(b"\r\n\r\n")
-        if end < 0:
-            if plausible(buf):
-                return False
-            self._hand_over()
-            return True
-        got = self.factory.cache.serve(buf[:end + 4])
-        if got is None:
-            self._hand_over()
-            return True
-        self._buf = buf[end + 4:]
-        self._head_since = None
-        self._served = True
-        if got.__class__ is tuple:
-            self._reply(got)
-            return True
-        self._waiting = True
-        got.addCallbacks(self._replied_later, self._failed_later)
-        return False
+        if self._buf or self._head_bytes or self._head_since is not None or self._eof \
+                or not self._served or self._reading_paused or self._in_flight is not None \
+                or self._waiting:
+            # (the common case, a request answered and nothing left, skips this)
+            if self._eof and not (self._closed or self._paused or self._waiting
+                                  or self._in_flight is not None):
+                # answered all the client sent (bar an unfinished request)
+                self._close_gently()
+            self._arm()
+            self._update_reading()
 
     def _replied_later(self, reply: Reply) -> None:
         self._waiting = False
