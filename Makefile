@@ -40,8 +40,10 @@ run: $(STAMP)
 ## container tests (Docker image, Compose demo) when a Docker engine exists or
 ## can be started (see tests/dockerengine.py; in CI they fail without one).
 ## PYTEST_ARGS adds pytest arguments, e.g. PYTEST_ARGS="-m 'not docker'".
-## Type-checked first (see typecheck).
+## Type-checked first (see typecheck).  Debian's etcd-server is installed
+## first if missing (.ci/patroni-deps: the Patroni tests run their own etcd).
 test: $(STAMP)
+	bash .ci/patroni-deps
 	$(VENV)/bin/mypy pgstatus
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -p no:randomly $(PYTEST_ARGS)
 

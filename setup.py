@@ -63,6 +63,9 @@ setup(
             "mypy>=2.4,<2.5",
             "mypy-zope>=1.0.17,<2",
             "types-psycopg2>=2.9,<3",
+            # tests/ha: a real HA manager beside pg-status (etcd itself is
+            # Debian's etcd-server, .ci/patroni-deps)
+            "patroni[etcd3]>=4,<5",
         ],
         # `make docs` (Sphinx, MyST Markdown) and the changelog (towncrier)
         "docs": [
