@@ -41,7 +41,6 @@ from pgstatus.model.snapshot import SnapshotError, decode
 from pgstatus.model.stats import FollowStats
 from pgstatus.model.status import HostStatus
 from pgstatus.monitor.httpbody import body_producer, discard_body, parse_event, read_body
-from pgstatus.monitor.scheduler import MIN_EXTRA_INTERVAL
 from pgstatus.monitor.service import MonitorService
 
 log = Logger(namespace="pgstatus.follow")
@@ -213,7 +212,7 @@ class FollowerService(Service):
         """
         hub = self._stream.hub if self._stream is not None else None
         if self.mode != FOLLOWING or hub is None:
-            self._monitor.check_soon(index, MIN_EXTRA_INTERVAL)
+            self._monitor.check_soon(index)
             return
         key = (hub, index)
         if key in self._forwarding:
