@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 DAEMON_VENV ?= .venv-daemon
 DAEMON_STAMP := $(DAEMON_VENV)/.installed
 
-.PHONY: venv run test test-fast lint typecheck bench bench-hosts bench-fresh bench-rate bench-follow bench-quota bench-iterations soak docs news news-check rules clean
+.PHONY: venv run test test-fast lint typecheck bench bench-hosts bench-fresh bench-hostile bench-rate bench-follow bench-quota bench-iterations soak docs news news-check rules clean
 
 # A venv without a working pip (what a first try leaves when python3-venv was
 # missing) is made again from scratch.
@@ -97,6 +97,11 @@ bench-hosts: $(STAMP) $(DAEMON_STAMP)
 ## Fresh read-your-writes: replica share with and without wait_ms.
 bench-fresh: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) bench/fresh_ryow.py
+
+## Checks of one host that a client looping on /follow/check or on min_lsn
+## far ahead with wait_ms=1 can cause (HOSTILE_ARGS=--root DIR: another tree).
+bench-hostile: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) bench/hostile_checks.py $(HOSTILE_ARGS)
 
 ## Latency at a fixed 10,000 requests/s.
 bench-rate: $(STAMP)

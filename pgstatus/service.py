@@ -37,7 +37,7 @@ from pgstatus.logging.twistd import factory_observer, install_observer
 from pgstatus.memory import HeapTrimmer, settle
 from pgstatus.model.stats import FollowStats, HostCounters
 from pgstatus.model.status import View
-from pgstatus.monitor.scheduler import MIN_EXTRA_INTERVAL, Probe
+from pgstatus.monitor.scheduler import Probe
 from pgstatus.monitor.service import MonitorService
 from pgstatus.stopsignals import install_stop_signals
 
@@ -133,7 +133,7 @@ class PgStatusService(MultiService):
             check_soon = self.follower.check_soon
         else:
             def check_soon(i: int) -> None:
-                self.monitor.check_soon(i, MIN_EXTRA_INTERVAL)
+                self.monitor.check_soon(i)
         registry = self.monitor.registry
         self.fresh = FreshReads(reactor, check_soon)
         registry.observe(self.fresh.published)
@@ -145,7 +145,7 @@ class PgStatusService(MultiService):
         self.api = StatusApp(
             renderer, metrics=self._render_metrics,
             hub=None if config.follow else self._the_hub, check_soon=check_soon,
-            clock=reactor)
+            followers=lambda: 0 if self.hub is None else self.hub.followers, clock=reactor)
         idle = config.http_idle_timeout_ms / 1000
         header = config.http_header_timeout_ms / 1000
         #: the HTTP and agent connection caps under the open-files limit

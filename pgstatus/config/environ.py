@@ -101,6 +101,7 @@ _INT_SETTINGS: dict[str, tuple[int, int, str]] = {
     "sync_max_lag_bytes": (0, INT_MAX, "a non-negative integer"),
     "http_port": (0, 65535, "an integer from 0 to 65535"),
     "min_lsn_wait_ms": (0, 60000, "an integer from 0 to 60000"),
+    "extra_check_interval_ms": (1, 60000, "an integer from 1 to 60000"),
     "http_max_connections": (1, 1000000, "an integer from 1 to 1000000"),
     "http_idle_timeout_ms": (1, INT_MAX, "an integer greater than 0"),
     # its seconds are a TCP_DEFER_ACCEPT, a C int

@@ -122,6 +122,10 @@ class Config:
     #: an addition of ours: how long a read-your-writes request may wait for
     #: a replica to catch up (0: answer at once, as the original does)
     min_lsn_wait_ms: int = 0
+    #: an addition of ours: the least time between the start of a host's
+    #: check and an extra one (fresh reads, followers' requests): one cap on
+    #: what clients can cause, whoever asks
+    extra_check_interval_ms: int = 20
     #: additions of ours, HTTP limits against misbehaving clients
     http_max_connections: int = 10000
     http_idle_timeout_ms: int = 60000
@@ -199,6 +203,7 @@ class Config:
             ("log_level", self.log_level),
             ("log_format", self.log_format),
             ("min_lsn_wait_ms", str(self.min_lsn_wait_ms)),
+            ("extra_check_interval_ms", str(self.extra_check_interval_ms)),
             ("http_max_connections", str(self.http_max_connections)),
             ("http_idle_timeout_ms", str(self.http_idle_timeout_ms)),
             ("http_header_timeout_ms", str(self.http_header_timeout_ms)),

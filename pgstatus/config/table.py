@@ -112,6 +112,9 @@ SETTINGS: tuple[Setting, ...] = (
        "(the original's rule), or the one on the highest timeline (then hosts order)."),
     _S("min_lsn_wait_ms", "0", _ms(0, 60000), True,
        "Default wait of a min_lsn request for a replica to catch up (0: answer at once)."),
+    _S("extra_check_interval_ms", "20", _ms(1, 60000), True,
+       "Least time from the start of a host's check to an extra one that fresh reads or "
+       "followers ask for: at most one such check per host per interval, whoever asks."),
     _S("http_listen_address", "0.0.0.0", "an IPv4 address, an IPv6 address (brackets "
        "allowed) or * (the IPv4 and IPv6 wildcards, where possible)", False,
        "Address the HTTP server (and the agent port) listens on."),

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 log = Logger(namespace="pgstatus.http")
 
 FOLLOWING_ANOTHER = error(409, "this pg-status follows another instance; follow a hub instead")
+#: ``/follow/check`` serves followers only: it brings checks forward
+NO_FOLLOWERS = error(409, "no follower stream is open on this pg-status; "
+                          "/follow/check serves its followers")
 OK_TEXT = text("OK")
 INVALID_INDEX = error(400, "Invalid index")
 INTERNAL_ERROR = error(500, "internal error")
@@ -110,6 +113,8 @@ class StatusApp:
         ``/follow``.
     :param check_soon: ``(host_index) -> None``: an extra check asked for by
         a follower (``/follow/check``).
+    :param followers: the number of ``/follow`` streams open now;
+        ``/follow/check`` is answered only while there is one.
     :param clock: for the rate limit of error log lines.
     """
 
@@ -124,11 +129,13 @@ class StatusApp:
                  metrics: Callable[[], Response] | None = None,
                  hub: Callable[[], Hub] | None = None,
                  check_soon: Callable[[int], None] | None = None,
+                 followers: Callable[[], int] = lambda: 0,
                  clock: Any = None) -> None:
         self.renderer = renderer
         self.metrics = metrics
         self.hub = hub
         self.check_soon = check_soon
+        self.followers = followers
         self._clock = clock
         self._error_logged_at = float("-inf")
         self._errors_unlogged = 0
@@ -192,7 +199,10 @@ class StatusApp:
     def follow_check(self, request: IRequest) -> bytes:
         """
         A follower's request for an extra check of one host (its ``wait_ms``
-        reads): ``?index=<position in pg_status__hosts>``.
+        reads): ``?index=<position in pg_status__hosts>``.  Only a hub with a
+        follower stream open answers it, so that not every client of every
+        instance can bring checks forward; the monitor caps the checks
+        (see :meth:`pgstatus.monitor.scheduler.HostMonitor.check_soon`).
         """
         count = self.counter("follow")
         if self.hub is None or self.check_soon is None:
@@ -200,6 +210,8 @@ class StatusApp:
         view = self.current()
         if not view.ready:
             return send(request, NOT_READY, count)
+        if not self.followers():
+            return send(request, NO_FOLLOWERS, count)
         value = parse_query(raw_query(request)).get("index", "")
         if not _DIGITS.fullmatch(value):
             return send(request, INVALID_INDEX, count)

@@ -10,7 +10,10 @@ check publishes a new view.  A replica checked before it had replayed the
 write is asked again after 10 ms, 20 ms, 40 ms, ... (one timer for all
 waiting requests, which looks at them only when it fires), so a read is not
 left to the next scheduled check, nor does a replica that stays behind get
-checked in a loop.
+checked in a loop.  Asking is not checking: the monitor brings a host's
+next check forward under one cap per host (``extra_check_interval_ms``,
+shared with followers' requests), so no number of waiting requests checks
+a host more often than that.
 """
 
 from __future__ import annotations
@@ -48,8 +51,8 @@ class FreshReads:
     Coordinates waiting ``min_lsn`` requests with extra replica checks.
 
     :param clock: time and timers.
-    :param check_soon: ``(host_index) -> None``: start an extra check of a
-        host unless one is running (see
+    :param check_soon: ``(host_index) -> None``: ask for an extra check of
+        a host, which the monitor grants under its per-host cap (see
         :meth:`pgstatus.monitor.scheduler.HostMonitor.check_soon`).
     """
 

@@ -221,17 +221,21 @@ _ENDPOINTS: dict[str, tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = {
     ),
     "/follow/check": (
         "follow", "An extra check, asked by a follower",
-        "Checks the host now (unless a check runs or one started within 10 ms), for a "
-        "follower's `wait_ms` reads; the result arrives in the next snapshots of "
-        "`/follow`.",
+        "Brings the host's next check forward, for a follower's `wait_ms` reads; the "
+        "result arrives in the next snapshots of `/follow`. Answered only while a "
+        "follower stream is open here. One cap per host for these and fresh reads: a "
+        "check starts no sooner than `pg_status__extra_check_interval_ms` (20 ms) after "
+        "the previous one started; a running or already due check answers the request, "
+        "and a dead host gets none beyond its schedule.",
         ("index",), {
-            "200": _text({"type": "string", "const": "OK"}, "The check is under way."),
+            "200": _text({"type": "string", "const": "OK"},
+                         "Asked: the check is under way, due or capped."),
             "400": {
                 "description": "`index` missing or not a number.",
                 "content": json_content(error_schema("Invalid index")),
             },
             "404": {"description": "No host at that index. Empty body."},
-            "409": schema_ref("responses", "FollowsAnother"),
+            "409": schema_ref("responses", "NotServingFollowers"),
             "503": schema_ref("responses", "NotReady"),
             "500": schema_ref("responses", "InternalError"),
         },

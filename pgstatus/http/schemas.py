@@ -328,6 +328,15 @@ RESPONSES: dict[str, Any] = {
         "content": json_content(error_schema(
             "this pg-status follows another instance; follow a hub instead")),
     },
+    "NotServingFollowers": {
+        "description": "This instance follows another one (follower mode), or no follower "
+                       "stream (`/follow`) is open on it: only a hub's followers may ask for "
+                       "extra checks.",
+        "content": json_content(error_schema(
+            "this pg-status follows another instance; follow a hub instead",
+            "no follower stream is open on this pg-status; /follow/check serves its "
+            "followers")),
+    },
     "NotReady": {
         "description": "Not every host has completed its first check yet. Answered before "
                        "any parameter is validated, whatever the `Accept` header.",

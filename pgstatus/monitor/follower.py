@@ -14,13 +14,12 @@ stays local.
   another itself refuses (409): no chains.
 - When nothing arrived from any hub for ``follow_timeout_ms`` (snapshots
   and heartbeats both count), the monitor starts polling PostgreSQL, seeded
-  with the availability the last mirrored view showed; the mirrored
-  statuses stay published until our own checks replace them host by host.
+  with the availability the last mirrored view showed; that view stays
+  published until every host has a check of ours, then ours replaces it.
 - When a hub delivers a ready snapshot again, polling stops (connections
   closed) and the snapshot is published.
-- ``wait_ms`` fresh reads ask the hub for the extra checks
-  (``GET <hub>/follow/check?index=<host index>``) and see their results in the
-  hub's next snapshots.
+- ``wait_ms`` fresh reads ask the hub for the extra checks (``GET
+  <hub>/follow/check?index=<host index>``), seen in its next snapshots.
 """
 
 from __future__ import annotations
@@ -41,7 +40,6 @@ from pgstatus.model.snapshot import SnapshotError, decode
 from pgstatus.model.stats import FollowStats
 from pgstatus.model.status import HostStatus
 from pgstatus.monitor.httpbody import body_producer, discard_body, parse_event, read_body
-from pgstatus.monitor.scheduler import MIN_EXTRA_INTERVAL
 from pgstatus.monitor.service import MonitorService
 
 log = Logger(namespace="pgstatus.follow")
@@ -213,7 +211,7 @@ class FollowerService(Service):
         """
         hub = self._stream.hub if self._stream is not None else None
         if self.mode != FOLLOWING or hub is None:
-            self._monitor.check_soon(index, MIN_EXTRA_INTERVAL)
+            self._monitor.check_soon(index)
             return
         key = (hub, index)
         if key in self._forwarding:
@@ -369,7 +367,8 @@ class FollowerService(Service):
         if self.mode == FOLLOWING:
             self.switches += 1
         self.mode = POLLING
-        log.warn("no hub delivered within follow_timeout_ms={ms}; polling PostgreSQL",
+        log.warn("no hub delivered within follow_timeout_ms={ms}; polling PostgreSQL "
+                 "(the last snapshot answers until every host is checked)",
                  ms=self.config.follow_timeout_ms)
         self._monitor.registry.seed_from_view()
         self._monitor.start_polling()

@@ -15,12 +15,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from twisted.logger import Logger
+
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config, HostConfig
 from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
 from pgstatus.monitor import sync
 from pgstatus.monitor.lag import MasterPosition
+
+log = Logger(namespace="pgstatus.monitor")
 
 
 class HostState:
@@ -108,6 +112,11 @@ class Registry:
         #: selected, of the master selected last
         self._reference: tuple[HostState, MasterPosition] | None = None
         self._observers: list[Callable[[View, View], None]] = []
+        #: the published view is another instance's (follower mode)
+        self._mirrored = False
+        #: while our checks take over from it (:meth:`seed_from_view`): the
+        #: ids of the states without a check of ours yet
+        self._unchecked: set[int] | None = None
         self.view = View(tuple(self._statuses), None, False, 0)
 
     # -- reading ---------------------------------------------------------
@@ -123,6 +132,14 @@ class Registry:
         The position of ``state``'s host in the host list.
         """
         return self._where[id(state)]
+
+    @property
+    def holding(self) -> bool:
+        """
+        A mirrored view stays published while our first round of checks
+        takes over (see :meth:`seed_from_view`).
+        """
+        return self._unchecked is not None
 
     def is_dead(self, state: HostState) -> bool:
         """
@@ -252,7 +269,8 @@ class Registry:
         failures and positions stay) and new ones (:meth:`new_state`) for
         added hosts.  ``mirrored``: a follower's hub view for the new host
         list (statuses, master index), published instead of our own host
-        states.
+        states.  Without one, a held mirrored view stays held, in the new
+        order, until the unchecked and added hosts have a check of ours.
 
         Observers are called with the previous view re-expressed in the new
         order (removed hosts dropped, added hosts as in the new view), so
@@ -265,6 +283,11 @@ class Registry:
             st.host = host
         self._states = list(states)
         self._where = {id(s): i for i, s in enumerate(self._states)}
+        held = self._unchecked if mirrored is None else None
+        if held is not None:  # still taking over: an added host needs a check too
+            held = {id(s) for s in self._states if id(s) in held or id(s) not in before_where}
+        self._unchecked = held or None
+        self._mirrored = mirrored is not None or self._unchecked is not None
         if mirrored is not None:
             self._statuses = list(mirrored[0])
         else:
@@ -286,6 +309,10 @@ class Registry:
                 old_master = before[i]
         remapped = View(tuple(before), old_master, old.ready, old.generation)
         ready = old.ready or all(s.checked for s in self._states)
+        if self._unchecked is not None:
+            self._statuses = before
+            return self._publish(None if old_master is None else old_master.index, ready,
+                                 select=False, old=remapped)
         return self._publish(mirrored[1] if mirrored is not None else None, ready,
                              select=mirrored is None, old=remapped)
 
@@ -299,6 +326,8 @@ class Registry:
             locality.
         :param master: index of the master the other instance selected.
         """
+        self._unchecked = None
+        self._mirrored = True
         self._statuses = list(statuses)
         return self._publish(master, self.view.ready or ready, select=False)
 
@@ -307,9 +336,14 @@ class Registry:
         Before our own checks take over from a mirrored view: give every
         host state the availability the view shows (reached, failures,
         role), so a host the hub reached is not dead after one failure of
-        ours.  The view itself changes host by host, as our checks publish.
-        Master positions from an earlier time of our own polling are
+        ours.  Master positions from an earlier time of our own polling are
         forgotten: replica lags wait for a fresh check of the master.
+
+        A mirrored view stays published (:attr:`holding`) until every host
+        has a check of ours, failed or not (a round, as readiness counts
+        them); then our own view replaces it at once.  A mix of the two
+        could show, for a moment, a master dead by our checks alone while
+        another host's first check still runs.
         """
         max_fails = self._settings.current.max_fails
         self._reference = None
@@ -325,14 +359,29 @@ class Registry:
                 st.failures = max(1, min(st.failures, max_fails - 1))
             else:
                 st.failures = 0
+        if self._mirrored:
+            self._unchecked = {id(st) for st in self._states}
 
     # -- publishing ------------------------------------------------------------
     def _publish_host(self, state: HostState) -> HostStatus:
         i = self._where[id(state)]
-        self._statuses[i] = state.as_status(i, self._settings.current)
+        config = self._settings.current
+        status = state.as_status(i, config)
+        unchecked = self._unchecked
+        if unchecked is None:
+            self._mirrored = False
+            self._statuses[i] = status
+        else:
+            unchecked.discard(id(state))
+            if unchecked:
+                return status  # recorded; the mirrored view stays published
+            self._unchecked, self._mirrored = None, False
+            log.info("every host checked by us; our view replaces the mirrored one hosts={n}",
+                     n=len(self._states))
+            self._statuses = [s.as_status(j, config) for j, s in enumerate(self._states)]
         self._publish(None, self.view.ready or all(s.checked for s in self._states),
                       select=True)
-        return self._statuses[i]
+        return status
 
     def _publish(self, master: int | None, ready: bool, *, select: bool,
                  old: View | None = None) -> View:

@@ -6,6 +6,9 @@ started; checks of a host never overlap, an overrun is followed at once by
 the next check, and missed periods are not made up.  Every check runs under
 a :class:`~pgstatus.monitor.turns.Deadline` of ``query_timeout_ms`` whose expiry
 aborts the probe (closing its connection).
+
+Extra checks (fresh reads, a follower's request) only bring a host's next
+check forward, under one cap whoever asks: see :meth:`HostMonitor.check_soon`.
 """
 
 from __future__ import annotations
@@ -32,8 +35,6 @@ log = Logger(namespace="pgstatus.monitor")
 
 #: the longest period of a dead host that fails late, unless sleep_ms is longer
 MAX_DEAD_PERIOD = 8.0
-#: the shortest time between two extra checks of one host
-MIN_EXTRA_INTERVAL = 0.01
 
 
 class Probe(Protocol):
@@ -85,7 +86,10 @@ class HostMonitor:
         self._late_failures = 0
         #: the check in progress has been recorded (as a success or failure)
         self._recorded = False
+        #: the next check was brought forward by :meth:`check_soon`
+        self._extra = False
         self.checks = 0
+        #: checks brought forward by :meth:`check_soon`
         self.extra_checks = 0
         #: durations of completed checks (for /metrics)
         self.durations = Histogram()
@@ -113,6 +117,7 @@ class HostMonitor:
         Stop checking and close the connection.
         """
         self._running = False
+        self._extra = False
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
@@ -130,30 +135,44 @@ class HostMonitor:
             self._limiter = PollErrorLimiter(config.poll_error_log_interval_ms)
         timer = self._timer
         if config.sleep_ms != old.sleep_ms and self._running and not self.checking \
-                and timer is not None and timer.active():
+                and not self._extra and timer is not None and timer.active():
             timer.cancel()
             now = self._clock.seconds()
             started = self.last_started if self.last_started is not None else now
             self._timer = self._clock.callLater(
                 max(0.0, started + self._period() - now), self._run)
 
-    def check_soon(self, min_interval: float) -> bool:
+    def check_soon(self) -> bool:
         """
-        Start an extra check now, unless one is running or the last one
-        started less than ``min_interval`` seconds ago.  The schedule then
-        continues from this check.
+        An extra check, for whoever asks (fresh reads, a follower's
+        request), under one cap per host: the next check is brought forward
+        to now, but to no earlier than ``extra_check_interval_ms`` after the
+        start of the previous one.  A request changes nothing while a check
+        runs, while the next check is due by then anyway (brought forward
+        already, or scheduled), or when the host is dead: a dead host gets
+        its scheduled connection attempts only.  However many ask, a host
+        thus gets at most one check per ``extra_check_interval_ms`` beyond
+        its schedule, which then continues from that check.
 
-        :return: whether a check was started.
+        :return: whether the next check was brought forward.
         """
-        if not self._running or self.checking or self._timer is None:
+        timer = self._timer
+        if not self._running or timer is None or not timer.active() \
+                or self._registry.is_dead(self.state):
             return False
         now = self._clock.seconds()
-        if self.last_started is not None and now - self.last_started < min_interval:
+        at = now
+        if self.last_started is not None:
+            gap = self._settings.current.extra_check_interval_ms / 1000
+            at = max(now, self.last_started + gap)
+        if timer.getTime() <= at:
             return False
-        self._timer.cancel()
-        self._timer = None
-        self.extra_checks += 1
-        self._run()
+        timer.cancel()
+        self._extra = True
+        if at > now:
+            self._timer = self._clock.callLater(at - now, self._run)
+        else:
+            self._run()
         return True
 
     def on_check_done(self, callback: Callable[[], None]) -> None:
@@ -174,6 +193,9 @@ class HostMonitor:
         self._timer = None
         if not self._running:
             return
+        if self._extra:
+            self._extra = False
+            self.extra_checks += 1
         self.checking = True
         self._recorded = False
         self.checks += 1

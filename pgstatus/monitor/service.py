@@ -131,11 +131,12 @@ class MonitorService(Service):
                              getattr(m.probe, "opened", 0), m.durations)
                 for m in self.monitors]
 
-    def check_soon(self, index: int, min_interval: float) -> bool:
+    def check_soon(self, index: int) -> bool:
         """
-        An extra check of host ``index`` (see :meth:`HostMonitor.check_soon`).
+        An extra check of host ``index``, under the per-host cap (see
+        :meth:`HostMonitor.check_soon`).
         """
-        return self.monitors[index].check_soon(min_interval)
+        return self.monitors[index].check_soon()
 
     def _master_monitor(self) -> HostMonitor | None:
         m = self.registry.view.master

@@ -914,6 +914,7 @@ def test_public_items_full():
         ("log_level", "warning"),
         ("log_format", "json"),
         ("min_lsn_wait_ms", "0"),
+        ("extra_check_interval_ms", "20"),
         ("http_max_connections", "10000"),
         ("http_idle_timeout_ms", "60000"),
         ("http_header_timeout_ms", "10000"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import pytest_twisted
+from twisted.internet.defer import DeferredList
 
 from service import RunningService, blocking, wait_until
 
@@ -69,4 +70,67 @@ def test_wait_ms_validation(pg_topology, reactor):
             r = yield svc.get(f"/replica?min_lsn=0/1&wait_ms={bad}")
             assert (r.code, r.json()) == (400, {"error_text": "Invalid wait_ms"})
     finally:
+        yield svc.stop()
+
+
+@pytest_twisted.inlineCallbacks
+def test_hostile_loops_are_capped(pg_topology, reactor):
+    """
+    Tight loops of requests that ask for extra checks (min_lsn far ahead
+    with wait_ms=1, /follow/check of the master while a follower stream is
+    open) check a host at most once per extra_check_interval_ms, together;
+    /follow/check is refused (409) while no follower stream is open; a dead
+    host gets no extra check at all.
+    """
+    from pgtopology import free_port
+    from twisted.internet.protocol import Protocol
+    from twisted.web.client import Agent
+
+    topo = pg_topology
+    env = topo.hosts_env()
+    env["pg_status__hosts"] += ",127.0.0.1"
+    env["pg_status__pg_port"] += f",{free_port('127.0.0.1')}"  # refused: dead at once
+    svc = RunningService(reactor, {**env, **SLOW, "pg_status__extra_check_interval_ms": "100"})
+    reader = None
+    try:
+        yield wait_until(reactor, lambda: svc.view.ready and svc.view.master is not None,
+                         10, "readiness")
+        assert not svc.view.hosts[3].alive
+        monitors = svc.monitor.monitors
+
+        def checks():
+            return [m.checks for m in monitors]
+
+        r = yield svc.get("/follow/check?index=0", json_=True)
+        assert (r.code, r.json()) == (409, {"error_text": "no follower stream is open on this "
+                                            "pg-status; /follow/check serves its followers"})
+        stream = yield Agent(reactor).request(b"GET", (svc.base + "/follow").encode())
+        reader = Protocol()
+        stream.deliverBody(reader)
+        assert svc.svc.hub.followers == 1
+
+        @pytest_twisted.inlineCallbacks
+        def loop(path, seconds=1.0):
+            end = reactor.seconds() + seconds
+            n = 0
+            while reactor.seconds() < end:
+                r = yield svc.get(path)
+                assert r.code == 200, r
+                n += 1
+            return n
+
+        before = checks()
+        t0 = reactor.seconds()
+        sent = yield DeferredList([loop("/replica?min_lsn=FFFFFFFF/0&wait_ms=1"),
+                                   loop("/follow/check?index=1"),
+                                   loop("/follow/check?index=3")])
+        elapsed = reactor.seconds() - t0
+        assert all(ok and n > 50 for ok, n in sent), sent  # far more requests than checks
+        extra = [a - b for a, b in zip(checks(), before, strict=True)]
+        cap = elapsed / 0.1 + 1
+        assert 0 < extra[1] <= cap and 0 < extra[2] <= cap, (extra, elapsed)
+        assert extra[0] == 0 and extra[3] == 0, extra  # not asked for; dead
+    finally:
+        if reader is not None and reader.transport is not None:
+            reader.transport.stopProducing()
         yield svc.stop()

@@ -339,16 +339,26 @@ def service(reactor):
 @pytest_twisted.inlineCallbacks
 def test_real_answers_conform(pg_topology, service, reactor):
     """
-    The whole corpus against the live topology: every answer conforms;
-    exactly the values the schemas reject get 400 naming that parameter;
-    every path's documented success answer occurs.  Then a failing
-    handler: 500 conforms too, and the service keeps serving.
+    The whole corpus against the live topology, with a follower stream
+    open (``/follow/check`` answers only then, else a documented 409):
+    every answer conforms; exactly the values the schemas reject get 400
+    naming that parameter; every path's documented success answer occurs.
+    Then a failing handler: 500 conforms too, and the service keeps
+    serving.
     """
     topo = pg_topology
     svc, client = service({**topo.hosts_env(), **FAST})
     yield wait_until(reactor, lambda: svc.view.ready, 10, "readiness")
     hosts = [n.host for n in topo.nodes]
     requests = corpus(hosts)
+    for accept in (False, True):
+        a = yield client.one("GET", "/follow/check", "index=0", accept)
+        check(a)
+        assert a.code == 409, a
+    stream = yield Agent(reactor).request(b"GET", (svc.base + "/follow").encode())
+    assert stream.code == 200
+    reader = Protocol()
+    stream.deliverBody(reader)
     try:
         answers = yield client.many([r for r, _ in requests])
         seen: dict[str, set[int]] = {}
@@ -392,6 +402,7 @@ def test_real_answers_conform(pg_topology, service, reactor):
         a = yield client.one("GET", "/master")
         assert (a.code, a.body.decode()) == (200, topo.primary.host)
     finally:
+        reader.transport.stopProducing()
         yield client.close()
 
 

@@ -119,8 +119,9 @@ def test_round_trip_property(rows):
 def test_registry_mirror_then_own_checks():
     """
     A mirrored view is published as it is; readiness stays once reached;
-    seeding gives our states the mirrored availability, and our checks
-    replace the mirrored statuses host by host.
+    seeding gives our states the mirrored availability; the mirrored view
+    stays published until every host has a check of ours, then our own
+    view replaces it at once.
     """
     cfg = config()
     reg = Registry(ConfigProvider(cfg))
@@ -143,12 +144,89 @@ def test_registry_mirror_then_own_checks():
     a, b = reg.states[1], reg.states[2]
     assert a.reached and reg.failures(a) == 1 and not reg.is_dead(a)
     assert reg.is_dead(b)
+    assert reg.holding
+    held = reg.view
     # one failure of ours does not kill the possibly dead host the hub reached
-    reg.record_failure(a)
+    status = reg.record_failure(a)
+    assert status.alive and status.possible_dead
+    # recorded, not published: the hub's view stays until every host is checked
+    assert reg.view is held and len(seen) == 1
+    reg.record_success(reg.states[0], master=True, lsn=0x3000100, timeline=2, lag_ms=0,
+                       lag_bytes=0, position=None)
+    assert reg.view is held and reg.holding
+    reg.record_failure(b)
+    assert not reg.holding and len(seen) == 2
     v = reg.view
-    assert v.hosts[1].alive and v.hosts[1].possible_dead
-    assert v.hosts[0] == statuses[0]  # still the hub's
-    assert v.master.name == "m"
+    assert v.hosts[0].lsn == 0x3000100  # ours now
+    assert v.hosts[1].alive and v.hosts[1].possible_dead and not v.hosts[2].alive
+    assert v.master.name == "m" and v.ready
     # a mirrored view that is not ready does not undo readiness
     v = reg.mirror(statuses, master, False)
     assert v.ready
+
+
+def test_mirrored_view_held_until_every_host_is_checked():
+    """
+    While our checks take over, a master that our checks alone make dead
+    before another host's first check has ended does not show: the hub's
+    view answers until the round is complete, then ours does, whatever it
+    says; a snapshot arriving meanwhile ends the hold.
+    """
+    cfg = config()
+    reg = Registry(ConfigProvider(cfg))
+    _, ready, master, statuses = decode(encode(view(), cfg.hosts, 1), cfg.hosts)
+    held = reg.mirror(statuses, master, ready)
+    reg.seed_from_view()
+    m, a, b = reg.states
+    for _ in range(3):
+        reg.record_failure(m)
+    assert reg.is_dead(m)
+    reg.record_failure(b)
+    assert reg.view is held and reg.view.master.name == "m"
+    reg.record_success(a, master=False, lsn=1, timeline=2, lag_ms=None, lag_bytes=None,
+                       position=None)
+    assert not reg.holding and reg.view.master is None  # our own view, as it is
+    # nothing to hold when the published view is our own (a reload to a
+    # host list the hub's snapshots do not fit)
+    reg.seed_from_view()
+    assert not reg.holding
+    # a hub delivering again ends a hold
+    reg.mirror(statuses, master, ready)
+    reg.seed_from_view()
+    assert reg.holding
+    reg.mirror(statuses, master, ready)
+    assert not reg.holding
+    reg.record_failure(m)
+    assert reg.view.hosts[0].possible_dead  # ours, published at once
+
+
+def test_reload_during_the_hold_keeps_it():
+    """
+    A reload while our checks take over keeps the hub's view published in
+    the new order (an added host unchecked), until the hosts not checked
+    yet, the added one included, have a check of ours.
+    """
+    cfg = config()
+    provider = ConfigProvider(cfg)
+    reg = Registry(provider)
+    _, ready, master, statuses = decode(encode(view(), cfg.hosts, 1), cfg.hosts)
+    reg.mirror(statuses, master, ready)
+    reg.seed_from_view()
+    m, a, b = reg.states
+    reg.record_failure(b)
+    # b removed, c added, a moved first
+    new = load_config({P + "hosts": "a,m,c", P + "pg_port": "5433,5432,5435"})
+    provider.swap(new)
+    c = reg.new_state(new.hosts[2])
+    v = reg.reconfigure([a, m, c])
+    assert reg.holding
+    assert [h.name for h in v.hosts] == ["a", "m", "c"]
+    assert v.hosts[0].possible_dead and v.hosts[0].lag_ms == 12  # the hub's, moved
+    assert v.master is not None and v.master.name == "m" and v.master.index == 1
+    reg.record_success(m, master=True, lsn=5, timeline=2, lag_ms=0, lag_bytes=0, position=None)
+    reg.record_success(a, master=False, lsn=5, timeline=2, lag_ms=0, lag_bytes=0,
+                       position=None)
+    assert reg.holding and reg.view is v
+    reg.record_failure(c)
+    assert not reg.holding and reg.view.master.name == "m"
+    assert reg.view.hosts[0].lsn == 5

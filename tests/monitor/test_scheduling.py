@@ -295,22 +295,73 @@ def test_dead_hosts_wait_behind_live_ones_for_turns() -> None:
 
 def test_check_soon_is_coalesced_and_rate_limited() -> None:
     """
-    An extra check starts at once unless one runs or one started less than
-    the minimum interval ago; the schedule continues from it.
+    An extra check brings the next check forward: at once, or to
+    extra_check_interval_ms after the previous start; a running check or
+    one already due answers the request; the schedule continues from it.
     """
     clock, svc, (p,) = make(sleep_ms="1000", query_timeout_ms="500")
     svc.startService()
-    assert not svc.check_soon(0, 0.01)  # a check is running
+    assert not svc.check_soon(0)  # a check is running
     p.answer(master_obs(clock))
-    assert not svc.check_soon(0, 0.01)  # the last one started just now
+    assert svc.check_soon(0)  # brought forward to 20 ms after the last start
+    assert not svc.check_soon(0)  # already due
+    clock.advance(0.019)
+    assert p.starts == [0]
+    clock.advance(0.001)
+    assert p.starts == [0, pytest.approx(0.02)]
+    p.answer(master_obs(clock))
     clock.advance(0.3)
-    assert svc.check_soon(0, 0.01)
-    assert p.starts == [0, 0.3]
+    assert svc.check_soon(0)  # at once: the last start is long past
+    assert p.starts[2] == pytest.approx(0.32)
     p.answer(master_obs(clock))
-    clock.advance(0.99)
-    assert p.starts == [0, 0.3]
+    clock.advance(0.999)
+    assert len(p.starts) == 3
+    clock.advance(0.002)
+    assert p.starts[3] == pytest.approx(1.32, abs=0.002)
+    assert svc.monitors[0].extra_checks == 2
+
+
+def test_hostile_loop_gets_one_check_per_interval() -> None:
+    """
+    Requests in a tight loop (a fresh read every millisecond, or a
+    follower's requests) check a host at most once per
+    extra_check_interval_ms, whoever asks.
+    """
+    clock, svc, (p,) = make(sleep_ms="1000", query_timeout_ms="500",
+                            extra_check_interval_ms="50")
+    svc.startService()
+    for _ in range(1000):  # one second
+        svc.check_soon(0)
+        if p.pending is not None and clock.seconds() - p.starts[-1] >= 0.002:
+            p.answer(master_obs(clock))  # checks take 2 ms
+        clock.advance(0.001)
+    assert 19 <= len(p.starts) <= 21, p.starts
+    gaps = [b - a for a, b in zip(p.starts, p.starts[1:], strict=False)]
+    assert min(gaps) >= 0.05 - 1e-9
+
+
+def test_dead_host_gets_no_extra_checks() -> None:
+    """
+    A dead host is checked on its schedule only, however often extra
+    checks are asked for: each of its checks is a connection attempt.
+    """
+    clock, svc, (p,) = make(sleep_ms="1000", query_timeout_ms="500", max_fails="2")
+    svc.startService()
+    p.answer(master_obs(clock))
+    clock.advance(1.0)
+    p.fail()
+    assert svc.view.hosts[0].possible_dead and svc.view.hosts[0].alive
+    assert svc.check_soon(0)  # possibly dead: still checked when asked
     clock.advance(0.02)
-    assert p.starts[:2] == [0, 0.3] and p.starts[2] == pytest.approx(1.3, abs=0.02)
+    p.fail()
+    assert not svc.view.hosts[0].alive
+    starts = len(p.starts)
+    for _ in range(500):
+        assert not svc.check_soon(0)
+        clock.advance(0.001)
+    assert len(p.starts) == starts
+    clock.advance(0.52)  # its schedule: 1 s after the last start
+    assert len(p.starts) == starts + 1
 
 
 def test_fresh_reads_release_on_view_and_expire() -> None:
