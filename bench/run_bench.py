@@ -588,7 +588,7 @@ class Bench:
             "import twisted.scripts.twistd, twisted.logger\n"
             "import psycopg2, txpostgres.txpostgres\n"
             "import pgstatus.tap, pgstatus.http.app, pgstatus.monitor.scheduler\n"
-            "import pgstatus.http.shortcut, pgstatus.logging, pgstatus.monitor.probe\n"
+            "import pgstatus.http.front, pgstatus.logging, pgstatus.monitor.probe\n"
             "import pgstatus.http.responses\n"
             "from twisted.plugins import pgstatus_plugin\n"
             "sys.stdout.write('imported\\n'); sys.stdout.flush()\n"
