@@ -34,7 +34,6 @@ from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from pgstatus.proxyheader import ProxyHeaderEndpoint
 
 #: ``(label, make)``: a way to listen, tried in order; ``make()`` may raise
 Candidate = tuple[str, Callable[[], IStreamServerEndpoint]]
@@ -141,6 +140,10 @@ def description_endpoint(reactor: Any, description: str) -> IStreamServerEndpoin
     kind, rest = _endpoint_type(description)
     if kind.lower() == "haproxy":
         inner: IStreamServerEndpoint = serverFromString(reactor, with_backlog(rest))
+        # loaded only for a haproxy: listener (a feature that is off never
+        # loads its module)
+        from pgstatus.proxyheader import ProxyHeaderEndpoint
+
         return ProxyHeaderEndpoint(inner)
     endpoint: IStreamServerEndpoint = serverFromString(reactor, with_backlog(description))
     return endpoint

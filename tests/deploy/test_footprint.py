@@ -37,6 +37,7 @@ TLS_STACK = {"OpenSSL", "cryptography", "service_identity"}
 NOT_AT_START = TLS_STACK | {
     "treq", "twisted.internet.ssl", "pgstatus.client", "pgstatus.agent",
     "pgstatus.config.reload", "pgstatus.http.metrics", "pgstatus.monitor.follower",
+    "pgstatus.proxyheader",
 }
 #: what the daemon imports at start: the Klein application is the API, built
 #: before the first request, and twisted.web serves what the answer cache leaves
