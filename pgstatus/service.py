@@ -25,7 +25,7 @@ from pgstatus.http.freshness import FreshReads
 from pgstatus.http.hub import Hub
 from pgstatus.http.responses import Renderer
 from pgstatus.http.cache import AnswerCache
-from pgstatus.http.front import FrontFactory, QuietSite
+from pgstatus.http.server import FrontFactory, QuietSite
 from pgstatus.listening import (
     Candidate,
     ListenerService,

@@ -12,7 +12,7 @@ from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config
 from pgstatus.http.app import StatusApp
 from pgstatus.http.cache import AnswerCache
-from pgstatus.http.front import FrontFactory, QuietSite
+from pgstatus.http.server import FrontFactory, QuietSite
 from pgstatus.http.responses import Renderer
 from pgstatus.model.status import View
 

@@ -41,7 +41,7 @@ NOT_AT_START = TLS_STACK | {
 }
 #: what the daemon imports at start: the Klein application is the API, built
 #: before the first request, and twisted.web serves what the answer cache leaves
-AT_START = {"klein", "twisted.web.server", "pgstatus.http.app", "pgstatus.http.front"}
+AT_START = {"klein", "twisted.web.server", "pgstatus.http.app", "pgstatus.http.server"}
 
 
 def _norm(name: str) -> str:
