@@ -215,25 +215,22 @@ def _parse_log_level(environ: Mapping[str, str]) -> str:
     return level
 
 
+def _parse_choice(environ: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """
+    One of ``choices`` (case-insensitive); the first when unset.
+    """
+    text = stripped(environ, name)
+    if text is None:
+        return choices[0]
+    value = text.lower()
+    if value not in choices:
+        raise ConfigError(PREFIX + name,
+                          f"must be {' or '.join(choices)}, got {shown_value(text)}")
+    return value
+
+
 def _parse_log_format(environ: Mapping[str, str]) -> str:
-    text = stripped(environ, "log_format")
-    if text is None:
-        return "text"
-    fmt = text.lower()
-    if fmt not in LOG_FORMATS:
-        raise ConfigError(PREFIX + "log_format", f"must be text or json, got {shown_value(text)}")
-    return fmt
-
-
-def _parse_split_brain(environ: Mapping[str, str]) -> str:
-    text = stripped(environ, "split_brain")
-    if text is None:
-        return "first"
-    rule = text.lower()
-    if rule not in SPLIT_BRAIN_RULES:
-        raise ConfigError(PREFIX + "split_brain",
-                          f"must be first or timeline, got {shown_value(text)}")
-    return rule
+    return _parse_choice(environ, "log_format", LOG_FORMATS)
 
 
 def _parse_text(environ: Mapping[str, str], name: str, default: str) -> str:
@@ -307,7 +304,7 @@ def load_config(environ: Mapping[str, str]) -> Config:
         http_listen=stripped(environ, "http_listen") or "",
         log_level=_parse_log_level(environ),
         log_format=_parse_log_format(environ),
-        split_brain=_parse_split_brain(environ),
+        split_brain=_parse_choice(environ, "split_brain", SPLIT_BRAIN_RULES),
         follow=_parse_follow(environ),
         warnings=warnings,
         **numbers,

@@ -16,12 +16,11 @@ contract:
    hand-over, twisted.web's own timeouts after it.
 
 No HTTP parser is needed for 2: bytes go to the channel one CRLF-ended
-piece at a time, and a request needs a line end after its first byte (its
-head's blank line), so no piece completes two.  The site reports a request
-received (:meth:`pgstatus.http.server.QuietSite.getResourceFor`), the request its answer done
+piece at a time, and a request needs a line end after its first byte, so
+no piece completes two.  The site reports a request received
+(:mod:`pgstatus.http.server`), the request its answer done
 (``notifyFinish``).  Direct sends: while the transport has never queued
-anything, a cached answer goes straight to the socket (TCP and UNIX only);
-after the first partial send the transport sends everything, in order.
+anything, a cached answer goes straight to the socket (TCP and UNIX only).
 """
 
 from __future__ import annotations
@@ -78,28 +77,22 @@ class Front(Protocol):
         self.factory = factory
         self.addr = addr
         self._buf = b""
-        #: the twisted.web channel, once handed over
+        #: the twisted.web channel once handed over, and its producer
         self.channel: Any = None
-        #: the channel's producer registration (the channel itself)
         self.inner: Any = None
         self._sock: socket.socket | None = None
-        #: a cached answer is a Deferred not fired yet
+        # a cached answer not ready yet; the twisted.web request in hand
         self._waiting = False
-        #: the twisted.web request being answered
         self._in_flight: Any = None
-        self._paused = False
-        self._reading_paused = False
-        self._producing = False
-        self._pumping = False
-        self._closed = False
-        #: the client half-closed: it sends nothing more
-        self._eof = False
-        #: a request has been answered (the pre-request phase is over)
-        self._served = False
+        self._paused = self._reading_paused = self._producing = False
+        self._pumping = self._closed = False
+        # the client half-closed; a request was answered (the pre-request
+        # phase is over)
+        self._eof = self._served = False
         self._head_since: float | None = None
         self._active_at = 0.0
-        #: when the connection was asked to close (a client that does not
-        #: read its last answer holds that up)
+        # when the connection was asked to close (a client that does not
+        # read its last answer holds that up)
         self._closing_since: float | None = None
         # fed to the channel of the request under way: head bytes, the
         # unfinished line, the head is whole
