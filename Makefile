@@ -90,9 +90,12 @@ soak: $(STAMP) $(DAEMON_STAMP)
 	bash .ci/bench-deps
 	PYTHONPATH=$(CURDIR) $(PY) bench/soak.py --twistd $(DAEMON_VENV)/bin/twistd $(SOAK_ARGS)
 
-## RSS with 1, 10 and 100 configured hosts, and the slope per host.
+## RSS with 1, 10 and 100 configured hosts, and the slope per host; then
+## CPU per check and /live latency with 100, 300 and 1,000 hosts that refuse
+## connections (no PostgreSQL needed for that part).
 bench-hosts: $(STAMP) $(DAEMON_STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) bench/hosts_rss.py --twistd $(DAEMON_VENV)/bin/twistd --malloc
+	PYTHONPATH=$(CURDIR) $(PY) bench/hosts_refused.py --twistd $(DAEMON_VENV)/bin/twistd
 
 ## Fresh read-your-writes: replica share with and without wait_ms.
 bench-fresh: $(STAMP)

@@ -60,17 +60,24 @@ class View:
     :ivar master: the selected master, or ``None``.
     :ivar ready: every host has completed its first check.
     :ivar generation: increases with every publication.
+    :ivar changed: the positions whose status is another object than in the
+        view of the previous generation, when the publisher says so: every
+        other position holds the very same :class:`HostStatus` object.
+        ``None``: any position may differ.  A check changes one host, so an
+        observer comparing consecutive views can do work per changed host,
+        not per host (with a thousand hosts, a thousand checks a second).
     """
 
-    __slots__ = ("hosts", "master", "ready", "generation")
+    __slots__ = ("hosts", "master", "ready", "generation", "changed")
 
     def __init__(self, hosts: tuple[HostStatus, ...], master: HostStatus | None, ready: bool,
-                 generation: int) -> None:
+                 generation: int, changed: tuple[int, ...] | None = None) -> None:
         self.hosts = hosts
         self.master = master
         self.ready = ready
         self.generation = generation
+        self.changed = changed
 
     def __repr__(self) -> str:
         return (f"View(hosts={self.hosts!r}, master={self.master!r}, ready={self.ready!r}, "
-                f"generation={self.generation!r})")
+                f"generation={self.generation!r}, changed={self.changed!r})")

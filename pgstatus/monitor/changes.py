@@ -7,6 +7,8 @@ fields)`` triples.  The monitor emits them; tests compare them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import compress, count
+from operator import is_not
 from typing import Any
 
 from twisted.logger import LogLevel
@@ -29,6 +31,12 @@ def describe_changes(old: View, new: View, config: Config
     set of such hosts, their timelines or the selected one changes, not
     once per check) are ours.
 
+    Only the positions that changed are looked at: those ``new`` names
+    (:attr:`View.changed`) when it is the view published right after
+    ``old``, else those whose statuses are not the same object; of those,
+    only the ones whose statuses differ.  Every host's claim to be master is
+    looked at only when one of those claims or the selected master changed.
+
     :param config: gives the thresholds the sync lines name.
     :return: ``(level, format, fields)`` triples for :meth:`Logger.emit`.
     """
@@ -36,9 +44,16 @@ def describe_changes(old: View, new: View, config: Config
     out: list[tuple[LogLevel, str, dict[str, Any]]] = []
     if new.ready and not old.ready:
         out.append((info, "monitor ready: every host completed its first check", {}))
-    for a, b in zip(old.hosts, new.hosts, strict=True):
-        if a == b:
+    olds, news = old.hosts, new.hosts
+    if len(olds) != len(news):
+        raise ValueError("views of different host lists")
+    claims_moved = False
+    for i in changed_positions(old, new):
+        a, b = olds[i], news[i]
+        if a is b or a == b:
             continue
+        if _claim(a) != _claim(b):
+            claims_moved = True
         name = b.name
         state_a, state_b = _health(a), _health(b)
         role = "master" if b.master else "replica"
@@ -78,15 +93,16 @@ def describe_changes(old: View, new: View, config: Config
                      "lag": _n(b.lag_bytes), "threshold": config.sync_max_lag_bytes},
                 ))
     am, bm = old.master, new.master
-    if (am and am.index) != (bm and bm.index) or (am is None) != (bm is None):
+    master_moved = (am and am.index) != (bm and bm.index)
+    if master_moved or (am is None) != (bm is None):
         out.append((
             info,
             "master changed master={master} previous={previous}",
             {"master": bm.name if bm else "none", "previous": am.name if am else "none"},
         ))
-    claims = master_claims(new)
-    if len(claims) > 1 and (claims != master_claims(old)
-                            or (am and am.index) != (bm and bm.index)):
+    # the claims can differ from the old view's only where a position's does
+    claims = master_claims(new) if claims_moved or master_moved else ()
+    if len(claims) > 1 and (master_moved or claims != master_claims(old)):
         out.append((
             warn,
             "split brain: several hosts report master masters={masters} selected={selected} "
@@ -97,12 +113,28 @@ def describe_changes(old: View, new: View, config: Config
     return out
 
 
+def changed_positions(old: View, new: View) -> Sequence[int]:
+    """
+    The positions where ``old`` and ``new`` may hold different statuses:
+    :attr:`View.changed` when ``new`` was published right after ``old``
+    (the generation after it) and says which, else every position whose
+    statuses are not the same object (found without comparing them).
+    """
+    if new.changed is not None and new.generation == old.generation + 1:
+        return new.changed
+    return list(compress(count(), map(is_not, old.hosts, new.hosts)))
+
+
 def master_claims(view: View) -> tuple[tuple[int, str, int | None], ...]:
     """
     ``(index, name, timeline)`` of the live hosts that report master, in
     host order.
     """
     return tuple((h.index, h.name, h.timeline) for h in view.hosts if h.alive and h.master)
+
+
+def _claim(h: HostStatus) -> tuple[int, str, int | None] | None:
+    return (h.index, h.name, h.timeline) if h.alive and h.master else None
 
 
 def _health(s: HostStatus) -> str:

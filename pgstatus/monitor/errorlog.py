@@ -1,11 +1,42 @@
 """
-Rate limit for error records about continuing poll failures of one host
+The log line of a failed poll, and the rate limit for error records about
+continuing poll failures of one host
 (``pg_status__poll_error_log_interval_ms``).
 
-Pure logic: the caller passes the time, e.g. ``clock.seconds()``.
+Pure logic: the caller passes the time, e.g. ``clock.seconds()``, and emits
+the line.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+from pgstatus.monitor.failures import CheckFailed
+
+_FAILED = "PostgreSQL operation failed operation={operation} host={host} error={error}"
+
+
+def poll_error_line(err: object, timed_out: bool, host: str, timeout_ms: int
+                    ) -> tuple[str, dict[str, Any]]:
+    """
+    The original service's line for a failed poll of ``host`` (operators'
+    alerts match on them): its format and fields.
+
+    :param err: why the check failed.
+    :param timed_out: the check's deadline expired (``timeout_ms``).
+    """
+    if timed_out:
+        return ("PostgreSQL poll timed out host={host} timeout_ms={timeout_ms}",
+                {"host": host, "timeout_ms": timeout_ms})
+    if isinstance(err, CheckFailed) and err.rows is not None:
+        return ("unexpected PostgreSQL result row count host={host} rows={rows}",
+                {"host": host, "rows": err.rows})
+    if isinstance(err, CheckFailed):
+        extra = {} if err.errno is None else {"errno": err.errno}
+        return _FAILED, {"operation": err.operation, "host": host, "error": err.message,
+                         **extra}
+    return _FAILED, {"operation": "check", "host": host,
+                     "error": f"{type(err).__name__}: {err}"}
 
 
 class PollErrorLimiter:

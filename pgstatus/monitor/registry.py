@@ -8,6 +8,11 @@ registry, which records it, steps the sync-set hysteresis, publishes a new
 immutable :class:`View` and returns the host's new :class:`HostStatus`.
 HTTP handlers read only the current ``View`` and so never wait for, or see
 half of, a check.
+
+Publishing one check's result costs the same whatever the number of hosts:
+the other statuses stay the same objects, the view names the position that
+changed (:attr:`View.changed`), and the master is selected among the hosts
+that report master, which the registry tracks.
 """
 
 from __future__ import annotations
@@ -18,78 +23,16 @@ from dataclasses import replace
 from twisted.logger import Logger
 
 from pgstatus.config.provider import ConfigProvider
-from pgstatus.config.settings import Config, HostConfig
+from pgstatus.config.settings import HostConfig
 from pgstatus.model.selection import select_master
 from pgstatus.model.status import HostStatus, View
 from pgstatus.monitor import sync
+from pgstatus.monitor.hoststate import HostState
 from pgstatus.monitor.lag import MasterPosition
 
+__all__ = ["HostState", "Registry"]
+
 log = Logger(namespace="pgstatus.monitor")
-
-
-class HostState:
-    """
-    The mutable record of one host.  Made, changed and read by the
-    :class:`Registry` only; its position in the host list is the registry's
-    to know.
-
-    :param host: the configured host.
-    """
-
-    __slots__ = ("host", "checked", "failures", "reached", "master", "lag_ms", "lag_bytes",
-                 "lsn", "replayed_through", "timeline", "position", "last_failed", "sync_time",
-                 "sync_bytes")
-
-    def __init__(self, host: HostConfig) -> None:
-        self.host = host
-        self.checked = False
-        self.failures = 0
-        self.reached = False
-        self.master = False
-        self.lag_ms: int | None = None
-        self.lag_bytes: int | None = None
-        self.lsn: int | None = None
-        self.replayed_through: int | None = None
-        self.timeline: int | None = None
-        #: the master's position from its last successful check (masters only)
-        self.position: MasterPosition | None = None
-        #: the last check of this host failed
-        self.last_failed = False
-        #: membership in the sync sets, ``None`` until a successful check
-        self.sync_time: sync.Membership | None = None
-        self.sync_bytes: sync.Membership | None = None
-
-    def dead(self, max_fails: int) -> bool:
-        """
-        ``max_fails`` consecutive checks failed, or the host was never
-        reached and its first check failed.
-        """
-        return self.failures >= max_fails or (self.failures > 0 and not self.reached)
-
-    def as_status(self, index: int, config: Config) -> HostStatus:
-        """
-        This host as an immutable :class:`HostStatus` at position ``index``
-        (no side effects).
-        """
-        host = self.host
-        if not self.checked:
-            return HostStatus(index, host.name, host.dc, host.geo)
-        if self.dead(config.max_fails):
-            return HostStatus(index, host.name, host.dc, host.geo,
-                              checked=True, reached=self.reached, alive=False,
-                              possible_dead=True)
-        in_time = self.sync_time is not None and self.sync_time.member
-        in_bytes = self.sync_bytes is not None and self.sync_bytes.member
-        note = None
-        if config.sync_policy_extras and not self.master and not (in_time and in_bytes):
-            note = sync.note(config, self.lag_ms, self.lag_bytes, in_time, in_bytes)
-        return HostStatus(
-            index, host.name, host.dc, host.geo,
-            checked=True, reached=True, alive=True, possible_dead=self.failures > 0,
-            master=self.master, lag_ms=self.lag_ms, lag_bytes=self.lag_bytes, lsn=self.lsn,
-            timeline=self.timeline, replayed_through=self.replayed_through, sync_by_time=in_time,
-            sync_by_bytes=in_bytes, sync_note=note,
-        )
 
 
 class Registry:
@@ -117,6 +60,12 @@ class Registry:
         #: while our checks take over from it (:meth:`seed_from_view`): the
         #: ids of the states without a check of ours yet
         self._unchecked: set[int] | None = None
+        #: the positions of the published statuses that report master (alive
+        #: and master), the candidates :meth:`_publish` selects from
+        self._claims: set[int] = set()
+        #: how many states, from the first, are known to be checked (so
+        #: that readiness is not a pass over every host per check)
+        self._checked_through = 0
         self.view = View(tuple(self._statuses), None, False, 0)
 
     # -- reading ---------------------------------------------------------
@@ -308,7 +257,8 @@ class Registry:
             if old.master is not None and old.master.index == j:
                 old_master = before[i]
         remapped = View(tuple(before), old_master, old.ready, old.generation)
-        ready = old.ready or all(s.checked for s in self._states)
+        self._checked_through = 0
+        ready = old.ready or self._all_checked()
         if self._unchecked is not None:
             self._statuses = before
             return self._publish(None if old_master is None else old_master.index, ready,
@@ -363,14 +313,36 @@ class Registry:
             self._unchecked = {id(st) for st in self._states}
 
     # -- publishing ------------------------------------------------------------
+    def _all_checked(self) -> bool:
+        """
+        Every host state has had a check.  A state once checked stays so,
+        so the states known checked from the first on are not looked at
+        again: all the calls until readiness look at each state about once.
+        """
+        states, n = self._states, self._checked_through
+        while n < len(states) and states[n].checked:
+            n += 1
+        self._checked_through = n
+        return n == len(states)
+
     def _publish_host(self, state: HostState) -> HostStatus:
+        """
+        Publish ``state``'s host's new status.  A status equal to the
+        published one is published as that same object, so that observers
+        comparing the two views find nothing changed without comparing.
+        """
         i = self._where[id(state)]
         config = self._settings.current
         status = state.as_status(i, config)
         unchecked = self._unchecked
+        changed: tuple[int, ...] | None
         if unchecked is None:
             self._mirrored = False
-            self._statuses[i] = status
+            before = self._statuses[i]
+            if status == before:
+                status, changed = before, ()
+            else:
+                self._statuses[i], changed = status, (i,)
         else:
             unchecked.discard(id(state))
             if unchecked:
@@ -379,20 +351,37 @@ class Registry:
             log.info("every host checked by us; our view replaces the mirrored one hosts={n}",
                      n=len(self._states))
             self._statuses = [s.as_status(j, config) for j, s in enumerate(self._states)]
-        self._publish(None, self.view.ready or all(s.checked for s in self._states),
-                      select=True)
+            changed = None
+        self._publish(None, self.view.ready or self._all_checked(), select=True,
+                      changed=changed)
         return status
 
     def _publish(self, master: int | None, ready: bool, *, select: bool,
-                 old: View | None = None) -> View:
+                 old: View | None = None, changed: tuple[int, ...] | None = None) -> View:
         """
         The one publication routine: a new view of ``self._statuses``, with
         the master selected from them (``select``) or given by index, and
         the observers called with ``old`` (the current view by default).
+
+        :param changed: the positions whose status is another object than
+            in the current view (see :attr:`View.changed`); ``None``: any
+            may be (after a reload, a mirrored view, a takeover).
         """
         hosts = tuple(self._statuses)
+        claims = self._claims
+        if changed is None:
+            claims.clear()
+            claims.update(i for i, h in enumerate(hosts) if h.alive and h.master)
+        else:
+            for i in changed:
+                if hosts[i].alive and hosts[i].master:
+                    claims.add(i)
+                else:
+                    claims.discard(i)
         if select:
-            chosen = select_master(hosts, self._settings.current.split_brain)
+            # the same choice as from every host: the others are never chosen
+            chosen = select_master([hosts[i] for i in sorted(claims)],
+                                   self._settings.current.split_brain)
             if chosen is not None:
                 st = self._states[chosen.index]
                 if st.position is not None:
@@ -402,7 +391,7 @@ class Registry:
         if old is None:
             old = self.view
         self._generation += 1
-        self.view = View(hosts, chosen, ready, self._generation)
+        self.view = View(hosts, chosen, ready, self._generation, changed)
         for observer in self._observers:
             observer(old, self.view)
         return self.view

@@ -5,7 +5,9 @@ A check of a host starts ``sleep_ms`` after the previous check of that host
 started; checks of a host never overlap, an overrun is followed at once by
 the next check, and missed periods are not made up.  Every check runs under
 a :class:`~pgstatus.monitor.turns.Deadline` of ``query_timeout_ms`` whose expiry
-aborts the probe (closing its connection).
+aborts the probe (closing its connection).  A check due starts when the
+shared :class:`~pgstatus.monitor.turns.StartPacer` lets it: at once, unless
+many fell due in the same reactor turn.
 
 Extra checks (fresh reads, a follower's request) only bring a host's next
 check forward, under one cap whoever asks: see :meth:`HostMonitor.check_soon`.
@@ -25,11 +27,11 @@ from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import Config
 from pgstatus.model.stats import Histogram
 from pgstatus.monitor import lag, values
-from pgstatus.monitor.errorlog import PollErrorLimiter
+from pgstatus.monitor.errorlog import PollErrorLimiter, poll_error_line
 from pgstatus.monitor.failures import CheckFailed
 from pgstatus.monitor.lag import MasterPosition, Observation
 from pgstatus.monitor.registry import HostState, Registry
-from pgstatus.monitor.turns import Deadline
+from pgstatus.monitor.turns import Deadline, StartPacer
 
 log = Logger(namespace="pgstatus.monitor")
 
@@ -61,6 +63,9 @@ class HostMonitor:
     :param settings: the running configuration (periods, deadline).
     :param master_monitor: returns the monitor of the selected master, so a
         replica's check can wait for a master check in progress.
+    :param pacer: shared by every host's monitor: a check due starts when
+        the pacer lets it, at once unless many fell due in the same reactor
+        turn; without one, at once.
     """
 
     def __init__(
@@ -71,6 +76,7 @@ class HostMonitor:
         clock: IReactorTime,
         settings: ConfigProvider,
         master_monitor: Callable[[], HostMonitor | None] = lambda: None,
+        pacer: StartPacer | None = None,
     ) -> None:
         self.state = state
         self._registry = registry
@@ -78,6 +84,9 @@ class HostMonitor:
         self._clock = clock
         self._settings = settings
         self._master_monitor = master_monitor
+        self._pacer = pacer
+        #: the check due waits for the pacer
+        self._queued = False
         self._limiter = PollErrorLimiter(settings.current.poll_error_log_interval_ms)
         self._timer: IDelayedCall | None = None
         self._running = False
@@ -108,9 +117,9 @@ class HostMonitor:
         """
         self._running = True
         if delay > 0:
-            self._timer = self._clock.callLater(delay, self._run)
+            self._timer = self._clock.callLater(delay, self._due)
         else:
-            self._run()
+            self._due()
 
     def stop(self) -> None:
         """
@@ -118,6 +127,7 @@ class HostMonitor:
         """
         self._running = False
         self._extra = False
+        self._queued = False
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
@@ -140,7 +150,7 @@ class HostMonitor:
             now = self._clock.seconds()
             started = self.last_started if self.last_started is not None else now
             self._timer = self._clock.callLater(
-                max(0.0, started + self._period() - now), self._run)
+                max(0.0, started + self._period() - now), self._due)
 
     def check_soon(self) -> bool:
         """
@@ -170,9 +180,9 @@ class HostMonitor:
         timer.cancel()
         self._extra = True
         if at > now:
-            self._timer = self._clock.callLater(at - now, self._run)
+            self._timer = self._clock.callLater(at - now, self._due)
         else:
-            self._run()
+            self._due()
         return True
 
     def on_check_done(self, callback: Callable[[], None]) -> None:
@@ -189,8 +199,29 @@ class HostMonitor:
             return min(max(MAX_DEAD_PERIOD, sleep), sleep * 2 ** self._late_failures)
         return sleep
 
-    def _run(self) -> None:
+    def _due(self) -> None:
+        """
+        The next check is due: it starts when the pacer lets it.
+        """
         self._timer = None
+        if not self._running:
+            return
+        if self._pacer is None:
+            self._run()
+        else:
+            self._queued = True
+            self._pacer.admit(self._dequeued)
+
+    def _dequeued(self) -> None:
+        """
+        The pacer's turn came: start, unless stopped meanwhile (and perhaps
+        started again, so queued anew: that place starts nothing more).
+        """
+        if self._queued:
+            self._queued = False
+            self._run()
+
+    def _run(self) -> None:
         if not self._running:
             return
         if self._extra:
@@ -304,7 +335,7 @@ class HostMonitor:
         if not self._running:
             return
         delay = max(0.0, started + self._period() - self._clock.seconds())
-        self._timer = self._clock.callLater(delay, self._run)
+        self._timer = self._clock.callLater(delay, self._due)
 
     def _record_success(self, obs: Observation) -> None:
         """
@@ -352,26 +383,12 @@ class HostMonitor:
         # the poll error, then the state change), with the count it makes
         failures = registry.failures(st) + 1
         err = f.value
-        # The original service's lines (operators' alerts match on them),
-        # all under one rate limit per host.
+        # the original service's lines, all under one rate limit per host
         level = LogLevel.error if self._limiter.on_failure(self._clock.seconds()) \
             else LogLevel.debug
-        if timed_out:
-            log.emit(level, "PostgreSQL poll timed out host={host} timeout_ms={timeout_ms}",
-                     host=self.name, timeout_ms=self._settings.current.query_timeout_ms,
-                     failures=failures)
-        elif isinstance(err, CheckFailed) and err.rows is not None:
-            log.emit(level, "unexpected PostgreSQL result row count host={host} rows={rows}",
-                     host=self.name, rows=err.rows, failures=failures)
-        elif isinstance(err, CheckFailed):
-            extra = {} if err.errno is None else {"errno": err.errno}
-            log.emit(level, "PostgreSQL operation failed operation={operation} host={host} "
-                     "error={error}", operation=err.operation, host=self.name,
-                     error=err.message, failures=failures, **extra)
-        else:
-            log.emit(level, "PostgreSQL operation failed operation={operation} host={host} "
-                     "error={error}", operation="check", host=self.name,
-                     error=f"{type(err).__name__}: {err}", failures=failures)
+        fmt, fields = poll_error_line(err, timed_out, self.name,
+                                      self._settings.current.query_timeout_ms)
+        log.emit(level, fmt, failures=failures, **fields)
         self._recorded = True
         status = registry.record_failure(st)
         late = isinstance(err, CheckFailed) and err.late

@@ -20,7 +20,7 @@ from pgstatus.monitor.changes import describe_changes
 from pgstatus.monitor.probe import PostgresProbe
 from pgstatus.monitor.registry import HostState, Registry
 from pgstatus.monitor.scheduler import HostMonitor, Probe
-from pgstatus.monitor.turns import ConnectTurns
+from pgstatus.monitor.turns import ConnectTurns, StartPacer
 
 log = Logger(namespace="pgstatus.monitor")
 
@@ -52,6 +52,8 @@ class MonitorService(Service):
         self.registry = Registry(settings)
         config = settings.current
         self.turns = ConnectTurns.for_hosts(reactor, config.sleep_ms, len(config.hosts))
+        #: spreads the starts of checks due together over reactor turns
+        self.pacer = StartPacer(reactor)
         if probe_factory is None:
             def probe_factory(i: int) -> Probe:
                 state = self.registry.states[i]
@@ -60,7 +62,7 @@ class MonitorService(Service):
         self._probe_factory = probe_factory
         self.monitors = [
             HostMonitor(state, self.registry, probe_factory(i), reactor, settings,
-                        self._master_monitor)
+                        self._master_monitor, self.pacer)
             for i, state in enumerate(self.registry.states)
         ]
         self.registry.observe(lambda old, new: _log_changes(old, new, settings.current))
@@ -111,7 +113,8 @@ class MonitorService(Service):
         for i, kept_monitor in enumerate(chosen):
             if kept_monitor is None:
                 new = HostMonitor(states[i], self.registry, self._probe_factory(i),
-                                  self._reactor, self._settings, self._master_monitor)
+                                  self._reactor, self._settings, self._master_monitor,
+                                  self.pacer)
                 added.append(new)
                 monitors.append(new)
             else:
@@ -177,6 +180,7 @@ class MonitorService(Service):
         self.polling = False
         for m in self.monitors:
             m.stop()
+        self.pacer.stop()
         log.info("stopped")
 
     def stopService(self) -> None:

@@ -5,6 +5,8 @@ Timing primitives of the monitor, driven by an injected clock:
   authentication one at a time, with their starts spaced out.
 - :class:`Deadline`: a check's deadline that can be paused while the check
   waits for something that must not count (DNS, a connection turn).
+- :class:`StartPacer`: the checks that fall due in one reactor turn start
+  for a bounded time in that turn; the others start in the next turns.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ AUTH_PAUSE = 0.1
 TURN_LIMIT = 1.0
 #: the upper bound of the spacing between connection starts
 MAX_SPACING = 0.25
+#: seconds of check starts in one reactor turn, past which the checks due
+#: start in the next turns
+START_BUDGET = 0.001
 
 
 class Turn:
@@ -174,3 +179,75 @@ class Deadline:
         self._done = True
         self.fired = True
         self._expired()
+
+
+class StartPacer:
+    """
+    Spreads the starts of checks that fall due together over reactor turns,
+    so that the reactor reads requests in between.
+
+    Every host has its own schedule, but hosts whose checks fail at once
+    stay in step: a thousand hosts refusing connections were all checked
+    first in the same instant, fell due together every period, and the
+    reactor ran a thousand starts in one turn (and their failures in the
+    next) before it answered ``/live`` again.  A turn now runs starts for
+    :data:`START_BUDGET` seconds at most, measured on the clock; the checks
+    due beyond wait, in the order they fell due, for the next turns, each
+    after the reactor has polled for I/O.  A few hosts never wait; the
+    schedules then spread out, as each host's next check is due a period
+    after its own start.
+
+    :param clock: the reactor's time provider (a test clock, whose time
+        stands still while the starts run, never defers one).
+    :param budget: seconds of starts per turn.
+    """
+
+    def __init__(self, clock: IReactorTime, budget: float = START_BUDGET) -> None:
+        self._clock = clock
+        self._budget = budget
+        self._waiting: deque[Callable[[], None]] = deque()
+        #: when this turn's first start ran; ``None`` before it
+        self._turn_began: float | None = None
+        #: ends the turn: runs at the start of the next one
+        self._next_turn: IDelayedCall | None = None
+
+    @property
+    def waiting(self) -> int:
+        """
+        Starts waiting for a later turn.
+        """
+        return len(self._waiting)
+
+    def admit(self, start: Callable[[], None]) -> None:
+        """
+        Call ``start`` now, or in a later reactor turn if this turn's budget
+        is spent or other starts wait already.
+        """
+        if not self._waiting and self._within_budget():
+            start()
+        else:
+            self._waiting.append(start)
+
+    def stop(self) -> None:
+        """
+        Drop the waiting starts (their monitors have stopped) and the turn.
+        """
+        self._waiting.clear()
+        self._turn_began = None
+        if self._next_turn is not None and self._next_turn.active():
+            self._next_turn.cancel()
+        self._next_turn = None
+
+    def _within_budget(self) -> bool:
+        now = self._clock.seconds()
+        if self._turn_began is None:
+            self._turn_began = now
+            self._next_turn = self._clock.callLater(0, self._new_turn)
+        return now - self._turn_began < self._budget
+
+    def _new_turn(self) -> None:
+        self._next_turn = None
+        self._turn_began = None
+        waiting = self._waiting
+        while waiting and self._within_budget():
+            waiting.popleft()()
