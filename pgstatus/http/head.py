@@ -1,5 +1,5 @@
 """
-Request heads the shortcut may answer: a whitelist of RFC 9112 syntax,
+Request heads the answer cache may answer: a whitelist of RFC 9112 syntax,
 nothing more.  A head is taken only if every byte of it is understood:
 
 - the request line is ``GET`` or ``HEAD``, one space, an origin-form
@@ -15,7 +15,7 @@ nothing more.  A head is taken only if every byte of it is understood:
 - within :data:`MAX_HEAD` bytes and :data:`MAX_FIELDS` header lines.
 
 Anything else (a bare CR or LF, obs-fold, NUL, absolute-form, HTTP/0.9 or
-2, a body, ...) is not parsed at all: the shortcut hands such a connection
+2, a body, ...) is not parsed at all: the front hands such a connection
 to twisted.web, which answers it as it answers any request.
 """
 
@@ -28,7 +28,7 @@ from pgstatus.http.params import wants_json
 from pgstatus.http.replay import HTTP_1_0
 from pgstatus.http.routes import FROM_VIEW
 
-#: the longest head the shortcut reads
+#: the longest head the answer cache reads
 MAX_HEAD = 8192
 #: the most header lines it reads
 MAX_FIELDS = 64
@@ -132,7 +132,7 @@ def parse_head(head: bytes) -> Head | None:
 def plausible(start: bytes) -> bool:
     """
     Whether the start of a head, not complete yet, may still become one the
-    shortcut takes: every complete line is well-formed, there is no bare CR
+    answer cache takes: every complete line is well-formed, there is no bare CR
     or LF, and it is not already too long.  Otherwise the connection goes to
     twisted.web at once, which answers (or waits for) it as it would.
     """

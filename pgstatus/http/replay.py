@@ -1,5 +1,5 @@
 """
-The bytes twisted.web sends for an answer, so that the shortcut can send
+The bytes twisted.web sends for an answer, so that the answer cache can send
 them itself: the status line and every header but ``Date`` memoised per
 :class:`~pgstatus.http.answer.Response`, and the ``Date`` line rebuilt
 once a second.  Written without importing ``twisted.web.server``; the

@@ -3,7 +3,7 @@ The API's one route table: every path it serves, the name its answers are
 counted under, and whether the answer function
 (:meth:`~pgstatus.http.responses.Renderer.answer`) answers it from the
 published view alone.  The Klein application registers its routes from
-this table, and the shortcut in front of twisted.web answers only the
+this table, and the answer cache in front of twisted.web answers only the
 paths the table marks, so the two cannot disagree on what exists.
 """
 
@@ -22,7 +22,7 @@ class Route:
     :ivar path: the path, e.g. ``/master``.
     :ivar name: the answer function's route and the ``/metrics`` label.
     :ivar from_view: answered by the answer function from the view and the
-        query alone (so the shortcut may answer it too); other routes have
+        query alone (so the answer cache may answer it too); other routes have
         handlers of their own in the Klein application.
     """
 
