@@ -66,12 +66,10 @@ class Front(Protocol):
     is full the front neither reads nor answers, and pauses the channel's
     producers.
 
-    :param factory: the :class:`~pgstatus.http.server.FrontFactory` that
-        built it (the limits, the cache, the site, the clock).
+    :param factory: its :class:`~pgstatus.http.server.FrontFactory`.
     """
 
-    #: set before connectionMade: a TCP, UNIX or TLS transport, or a wrapper
-    transport: Any
+    transport: Any  # TCP, UNIX or TLS, or a wrapper
 
     def __init__(self, factory: Any, addr: Any) -> None:
         self.factory = factory
