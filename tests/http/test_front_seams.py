@@ -246,3 +246,27 @@ def test_an_oversized_head_is_a_431(head):
             b"Content-Type: application/json\r\nContent-Length: 40\r\n\r\n"
             b'{"error_text": "request head too large"}')
         assert t.disconnecting
+
+
+def test_requests_behind_a_wait_are_not_answered_all_at_once():
+    """
+    A client that does not read pipelines 200 ``/metrics`` behind a
+    request twisted.web answers later (a fresh read that waits): when the
+    wait ends, what the connection holds stays about one answer past the
+    full buffer (had the front fed the channel while the wait was in hand,
+    twisted.web would have answered every buffered request at once, 10 MB
+    here), and every answer comes as the client reads.
+    """
+    site, clock = server()
+    p, t = connect(site, SlowReader())
+    wait = get("/replica?min_lsn=0/9000000&wait_ms=500", "Content-Length: 0")
+    p.dataReceived(wait + get("/metrics") * 200)
+    assert t.value() == b""
+    clock.advance(0.6)
+    assert 0 < len(t.value()) < FULL_AT + 2 * len(METRICS.body) + 4096
+    got = t.drain()
+    for _ in range(1000):
+        if not t.value():
+            break
+        got += t.drain()
+    assert got.count(b"HTTP/1.1 200 OK") == 201
