@@ -455,7 +455,8 @@ def test_hung_patroni_split_brain_timeline(patroni: PatroniCluster,
         poll(lambda: old.in_recovery(), 60, f"{old.name} demoted by its Patroni", 0.1,
              patroni.logs)
         demoted = time.monotonic()
-        time.sleep(ONE_CHECK)  # pg-status sees it too
+        # the default instance follows once the old leader is demoted
+        watch.wait_named("first", new.host, demoted, ONE_CHECK + 2)
     TIMINGS["hung Patroni: SIGSTOP to new leader writable (ttl)"] = promoted - start
     if named is not None:
         TIMINGS["hung Patroni: writable to named by /master (timeline)"] = named - promoted
