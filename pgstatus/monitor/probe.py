@@ -204,6 +204,11 @@ class PostgresProbe:
             try:
                 proto = await self._wait(connect_tcp(self._reactor, address, host.port))
             except Exception as e:
+                # The Deferred's Failure still holds this exception; on
+                # Python 3.13 its traceback's frames reach that Failure back
+                # (through Twisted's throwExceptionIntoGenerator), a cycle of
+                # ~20 frames per refused attempt.
+                e.__traceback__ = None
                 if self._aborted:
                     raise CheckFailed("connect", "aborted") from None
                 failure = CheckFailed("connect", f"{address}: {describe_error(e, self._config)}"
