@@ -24,6 +24,8 @@ stays local.
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from typing import Any
 
 from twisted.application.service import Service
@@ -98,12 +100,16 @@ class FollowerService(Service):
         ``follow_timeout_ms``, the host list snapshots must match).
     :param reactor: TCP, time and name resolution.
     :param monitor: the monitor, created without polling.
+    :param random: a number in [0, 1) per takeover: where in one period the
+        first round of our own checks starts.
     """
 
     name = "follower"
 
-    def __init__(self, settings: ConfigProvider, reactor: Any, monitor: MonitorService) -> None:
+    def __init__(self, settings: ConfigProvider, reactor: Any, monitor: MonitorService,
+                 random: Callable[[], float] = random.random) -> None:
         self._settings = settings
+        self._random = random
         config = settings.current
         self._reactor = reactor
         self._monitor = monitor
@@ -133,25 +139,19 @@ class FollowerService(Service):
         self.last_snapshot: float | None = None
         #: hub version of the last snapshot published
         self.version: int | None = None
-        #: switches between following and polling
-        self.switches = 0
-        #: snapshots published
-        self.snapshots = 0
+        self.switches = 0  # between following and polling
+        self.snapshots = 0  # published
         self._last_data: bytes | None = None
         #: the hub whose snapshot was published last
         self._followed: str | None = None
 
     @property
     def config(self) -> Config:
-        """
-        The configuration in force.
-        """
+        """The configuration in force."""
         return self._settings.current
 
     def follow_stats(self) -> FollowStats:
-        """
-        This follower's state, for ``/metrics``.
-        """
+        """This follower's state, for ``/metrics``."""
         age = None if self.last_event is None else self._reactor.seconds() - self.last_event
         return FollowStats(self.mode, self.hub, age, self.switches, self.snapshots)
 
@@ -272,9 +272,7 @@ class FollowerService(Service):
         log.warn("not following hub={hub}: {why}", hub=hub, why=why)
 
     def _next(self) -> None:
-        """
-        Try the next hub, or start a new round after a pause.
-        """
+        """Try the next hub, or start a new round after a pause."""
         if not self.running or self._retry is not None:
             return
         self._unwatch()
@@ -371,7 +369,10 @@ class FollowerService(Service):
                  "(the last snapshot answers until every host is checked)",
                  ms=self.config.follow_timeout_ms)
         self._monitor.registry.seed_from_view()
-        self._monitor.start_polling()
+        # a hub's followers all fall silent at once: each starts its first
+        # round at a random point of one period, as in steady polling, not in
+        # one herd of connection setups (which timed out checks of 50)
+        self._monitor.start_polling(self._random() * self.config.sleep_ms / 1000)
 
     def _watch(self) -> None:
         """

@@ -160,16 +160,17 @@ class MonitorService(Service):
         if self._poll_on_start:
             self.start_polling()
 
-    def start_polling(self) -> None:
+    def start_polling(self, delay: float = 0.0) -> None:
         """
-        Start every host's schedule (if not already polling).
+        Start every host's schedule (if not already polling), the first
+        checks after ``delay`` seconds.
         """
         if self.polling:
             return
         self.polling = True
         log.info("started hosts={hosts}", hosts=len(self.monitors))
         for m in self.monitors:
-            m.start()
+            m.start(delay)
 
     def stop_polling(self) -> None:
         """
