@@ -19,6 +19,7 @@ from twisted.logger import (
     ILogObserver,
     LogEvent,
     LoggingFile,
+    LogLevel,
     PredicateResult,
 )
 from zope.interface import implementer
@@ -144,6 +145,13 @@ class ReopenableFile:
         self._file.close()
 
 
+#: Twisted's ``Factory.doStart``/``doStop`` lines, written for every
+#: outgoing HTTP connection a follower makes (its hub stream, forwarded
+#: checks, each retry while no hub answers): not the original's lines,
+#: and noise at ``info``; they count as ``debug``
+FACTORY_CHATTER = frozenset({"Starting factory {factory!r}", "Stopping factory {factory!r}"})
+
+
 class LevelFilter(FilteringLogObserver):
     """
     A :obj:`FilteringLogObserver` that drops events below a minimum level.
@@ -166,7 +174,10 @@ class LevelFilter(FilteringLogObserver):
         self.level = level
 
     def _predicate(self, event: LogEvent) -> PredicateResult:
-        if level_of(event) < self._minimum:
+        level = level_of(event)
+        if level == LogLevel.info and event.get("log_format") in FACTORY_CHATTER:
+            level = LogLevel.debug
+        if level < self._minimum:
             return PredicateResult.no
         return PredicateResult.maybe
 

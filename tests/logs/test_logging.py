@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from twisted.application.service import Application, MultiService
 from twisted.internet.error import ConnectionRefusedError as TwistedConnectionRefused
-from twisted.logger import ILogObserver, Logger, LoggingFile, LogLevel
+from twisted.logger import ILogObserver, Logger, LoggingFile, LogLevel, globalLogPublisher
 from twisted.python.failure import Failure
 from zope.interface.verify import verifyObject
 
@@ -363,6 +363,30 @@ def test_filtering_by_level(level: str, expected: list[str]) -> None:
             first = {"DEBUG": "d", "INFO": "i", "WARNING": "w", "ERROR": "e", "FATAL": "c"}
             assert [json.loads(line)["message"] for line in lines] == [
                 first[s] for s in expected]
+
+
+@pytest.mark.parametrize("level, written", [("info", 0), ("debug", 2)])
+def test_twisted_factory_start_and_stop_count_as_debug(level: str, written: int) -> None:
+    """
+    Twisted's lines for each outgoing connection's factory (a follower's
+    hub requests) are written only at ``debug``; other Twisted lines at
+    ``info`` stay, a factory's listening line among them.
+    """
+    from twisted.internet.protocol import ClientFactory, Factory
+
+    out = io.StringIO()
+    obs = pglog.make_observer(level, "text", out)
+    globalLogPublisher.addObserver(obs)
+    try:
+        factory = ClientFactory()
+        factory.doStart()
+        factory.doStop()
+        Logger(namespace="twisted").info("{factory} starting on {port}", factory=Factory(), port=1)
+    finally:
+        globalLogPublisher.removeObserver(obs)
+    lines = out.getvalue().splitlines()
+    assert sum("factory" in line for line in lines) == written, lines
+    assert sum(" starting on 1" in line for line in lines) == 1, lines
 
 
 def test_unknown_level_or_format_rejected() -> None:
