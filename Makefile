@@ -1,11 +1,17 @@
 # pg-status developer commands.  Everything runs from a venv in .venv that
 # these targets create and fill; PostgreSQL server binaries come from the
-# system (see .ci/run for installing them on Debian).
+# system.  Debian packages are installed, as root and only when missing, by
+# .ci/system-deps (what `make run` needs) and .ci/test-deps (what only the
+# tests use), both through .ci/apt-install: no service is started, no
+# PostgreSQL cluster made, a held dpkg lock waited for.
 
 PYTHON ?= python3
 VENV   ?= .venv
 PYTEST_ARGS ?=
 PY     := $(VENV)/bin/python
+# the venv with pg-status alone (what `make run` needs), then with the
+# test and docs extras (everything else)
+RUN_STAMP := $(VENV)/.installed-run
 STAMP  := $(VENV)/.installed
 # The daemon as `pip install .` installs it (no extras: no treq, no
 # pyOpenSSL): what `make bench` and `make soak` run and measure.
@@ -16,10 +22,14 @@ DAEMON_STAMP := $(DAEMON_VENV)/.installed
 
 # A venv without a working pip (what a first try leaves when python3-venv was
 # missing) is made again from scratch.
-$(STAMP): setup.py pyproject.toml
+$(RUN_STAMP): setup.py pyproject.toml
 	PYTHON=$(PYTHON) bash .ci/system-deps
 	$(PY) -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet .
+	touch $(RUN_STAMP)
+
+$(STAMP): setup.py pyproject.toml $(RUN_STAMP)
 	$(PY) -m pip install --quiet '.[test,docs]'
 	touch $(STAMP)
 
@@ -33,22 +43,28 @@ $(DAEMON_STAMP): setup.py pyproject.toml $(STAMP) $(shell find pgstatus twisted 
 	touch $(DAEMON_STAMP)
 
 ## Start a local primary + two streaming replicas and pg-status against them.
-run: $(STAMP)
+## Installs only what that needs (.ci/system-deps, and pg-status alone in the
+## venv): no test-only package (HAProxy, PgBouncer, ...), no service started.
+run: $(RUN_STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) tests/run_local.py
 
 ## The whole test suite, real PostgreSQL included (never skipped), and the
 ## container tests (Docker image, Compose demo) when a Docker engine exists or
 ## can be started (see tests/dockerengine.py; in CI they fail without one).
 ## PYTEST_ARGS adds pytest arguments, e.g. PYTEST_ARGS="-m 'not docker'".
-## Type-checked first (see typecheck).  Debian's etcd-server is installed
-## first if missing (.ci/patroni-deps: the Patroni tests run their own etcd).
+## Type-checked first (see typecheck).  The Debian packages only the tests
+## use are installed first if missing (.ci/test-deps: openssl, systemd-analyze,
+## HAProxy, PgBouncer; .ci/patroni-deps: etcd-server, as the Patroni tests run
+## their own etcd), their services neither started nor enabled.
 test: $(STAMP)
+	bash .ci/test-deps
 	bash .ci/patroni-deps
 	$(VENV)/bin/mypy pgstatus
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -p no:randomly $(PYTEST_ARGS)
 
 ## Only the tests that need no PostgreSQL server.
 test-fast: $(STAMP)
+	bash .ci/test-deps
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -m 'not pg'
 
 ## The Prometheus alert rules: promtool check and unit tests (promtool from

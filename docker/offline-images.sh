@@ -88,6 +88,12 @@ Dir::Cache::pkgcache "";
 Dir::Cache::srcpkgcache "";
 APT
     echo 'Acquire::Languages "none";' > "$rootfs/etc/apt/apt.conf.d/docker-no-languages"
+    # as Debian's official images (and .ci/apt-install on a host): a package
+    # install starts no service (no init runs in a build step anyway), and
+    # apt waits for the dpkg lock rather than failing
+    printf '#!/bin/sh\n# no service starts in an image build\nexit 101\n' >"$rootfs/usr/sbin/policy-rc.d"
+    chmod 755 "$rootfs/usr/sbin/policy-rc.d"
+    echo 'DPkg::Lock::Timeout "600";' > "$rootfs/etc/apt/apt.conf.d/pg-status-lock-timeout"
     chroot "$rootfs" apt-get clean
     rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin
     tar --numeric-owner -C "$rootfs" -c . | "$DOCKER" import \
@@ -123,7 +129,10 @@ build_postgres() {
     cp "$(dirname "$0")/local-postgres-entrypoint.sh" "$ctx/docker-entrypoint.sh"
     build "$POSTGRES_IMAGE" "$ctx" <<EOF
 FROM $DEBIAN_IMAGE
-RUN apt-get update \\
+# no main cluster in /var/lib/postgresql/15 (the entrypoint makes \$PGDATA)
+RUN mkdir -p /etc/postgresql-common/createcluster.d \\
+ && echo 'create_main_cluster = false' > /etc/postgresql-common/createcluster.d/no-main.conf \\
+ && apt-get update \\
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
       postgresql-15 gosu \\
  && apt-get clean && rm -rf /var/lib/apt/lists/* \\

@@ -111,7 +111,7 @@ class PgBouncer:
         if not os.access(PGBOUNCER, os.X_OK):
             raise RuntimeError(
                 "pgbouncer is not installed (Debian package pgbouncer, see "
-                ".ci/system-deps); the connection pooler tests need it")
+                ".ci/test-deps, run by make test); the connection pooler tests need it")
         self.node = node
         self.host = listen_host or node.host
         self.port = 0

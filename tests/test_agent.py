@@ -475,7 +475,7 @@ class HAProxy:
     def __init__(self, directory: str, body: str) -> None:
         if not os.path.exists(HAPROXY):
             pytest.fail("haproxy is not installed (Debian package haproxy; "
-                        "see .ci/system-deps); the HAProxy agent tests need it")
+                        "see .ci/test-deps, run by make test); the HAProxy agent tests need it")
         self.directory = directory
         self.socket = os.path.join(directory, "admin.sock")
         self.config = os.path.join(directory, "haproxy.cfg")

@@ -215,7 +215,7 @@ def test_systemd_unit() -> None:
         assert needle in text
     tool = shutil.which("systemd-analyze")
     if tool is None:
-        # CI installs it (.ci/system-deps), so there a missing tool is a failure
+        # CI installs it (.ci/test-deps), so there a missing tool is a failure
         assert not os.environ.get("CI"), "systemd-analyze missing in CI"
         pytest.skip("systemd-analyze is not installed here; the unit's content was checked")
     out = subprocess.run([tool, "verify", UNIT], capture_output=True, text=True, timeout=60)
