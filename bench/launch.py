@@ -5,8 +5,9 @@ Run pg-status without ``twistd``, optionally with the HTTP fast path off.
 exists for the Klein-only comparison: it builds the service exactly as the
 twistd plugin does (``pgstatus.tap.makeService``: configuration from the
 ``pg_status__*`` environment, log observer), then, with
-``--no-fast-path``, turns the answer cache off (``svc.site.cache.enabled``)
-so every request goes through the front to ``twisted.web`` and Klein, and runs the default reactor until
+``--no-fast-path``, turns the answer cache off
+(``svc.service.site.cache.enabled``) so every request goes through the
+front to ``twisted.web`` and Klein, and runs the default reactor until
 SIGTERM/SIGINT.
 
 Usage: ``python bench/launch.py [--no-fast-path]``
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
 
     svc = makeService(Options(), reactor)
     if args.no_fast_path:
-        svc.site.cache.enabled = False
+        svc.service.site.cache.enabled = False
     svc.privilegedStartService()
     svc.startService()
     reactor.addSystemEventTrigger("before", "shutdown", svc.stopService)

@@ -3,7 +3,10 @@ The whole pg-status service: the monitor, the HTTP listener and, when
 configured, the HAProxy agent listener and follower mode, built from
 collaborators handed to the constructor (the reactor, a probe factory, a
 listening function, a reloader), so that a test can build all of it with a
-memory reactor and fake probes.  :mod:`pgstatus.tap` builds the real one.
+memory reactor and fake probes.  :mod:`pgstatus.tap` builds the real one
+and adds what belongs to the process rather than to the service: the log
+observer, the signals (:mod:`pgstatus.signals`), the collector's freeze once
+started.
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ from pgstatus.config.settings import Config, ConfigError
 from pgstatus.fdlimit import ConnectionCaps
 from pgstatus.http.answer import Response
 from pgstatus.http.app import StatusApp
+from pgstatus.http.cache import AnswerCache
 from pgstatus.http.freshness import FreshReads
 from pgstatus.http.hub import Hub
 from pgstatus.http.responses import Renderer
-from pgstatus.http.cache import AnswerCache
 from pgstatus.http.server import FrontFactory, QuietSite
 from pgstatus.listening import (
     Candidate,
@@ -33,13 +36,11 @@ from pgstatus.listening import (
     description_candidates,
 )
 from pgstatus.logging.observers import LevelFilter
-from pgstatus.logging.twistd import factory_observer, install_observer
-from pgstatus.memory import HeapTrimmer, settle
+from pgstatus.memory import HeapTrimmer
 from pgstatus.model.stats import FollowStats, HostCounters
 from pgstatus.model.status import View
 from pgstatus.monitor.scheduler import Probe
 from pgstatus.monitor.service import MonitorService
-from pgstatus.stopsignals import install_stop_signals
 
 # Imported where used, so a service that does not use them does not load
 # them: pgstatus.agent (pg_status__agent_port), pgstatus.config.reload
@@ -100,7 +101,8 @@ class PgStatusService(MultiService):
         ``http_listen_address`` and ``http_port``).
     :param reloader: gives the configuration a reload applies (what SIGHUP
         asks for, with ``pg_status__env_file``); ``None``: no reloads.
-    :param server_options: twistd's options, when run by twistd.
+    :ivar log_observer: the log observer whose level and format a reload
+        changes, or ``None`` (set by whoever installed it).
     :ivar monitor: the :class:`MonitorService`.
     :ivar http: the HTTP :class:`ListenerService`.
     :ivar agent: the HAProxy agent listener, or ``None``.
@@ -110,17 +112,13 @@ class PgStatusService(MultiService):
     def __init__(self, settings: ConfigProvider, reactor: Any, *,
                  probe_factory: Callable[[int], Probe] | None = None,
                  http_listen: Sequence[Candidate] | None = None,
-                 reloader: Reloader | None = None,
-                 server_options: Any = None) -> None:
+                 reloader: Reloader | None = None) -> None:
         super().__init__()
         config = settings.current
         self.settings = settings
         self._reactor = reactor
         self._reloader = reloader
-        self._server_options = server_options
-        #: our log observer, when we installed it under twistd
-        self.log_observer: Any = None
-        self._restore_sighup: Callable[[], None] | None = None
+        self.log_observer: LevelFilter | None = None
         self.monitor = MonitorService(settings, reactor, probe_factory, poll=not config.follow)
         self.monitor.setServiceParent(self)
         #: follower mode: the hubs' follower (``pg_status__follow``), else ``None``
@@ -217,25 +215,6 @@ class PgStatusService(MultiService):
                                             self.api.renderer, lambda: self.hub)
         return self._metrics()
 
-    def setServiceParent(self, parent: Any) -> None:
-        """
-        Under twistd, make the application log through our observer (twistd
-        starts logging after the service joins the application).  A log
-        file that cannot be opened ends the process as a configuration
-        error does (one line naming ``--logfile``, exit status 2), before
-        anything listens.
-        """
-        config = self.settings.current
-        if self._server_options is not None:
-            try:
-                self.log_observer = install_observer(parent, self._server_options,
-                                                     config.log_level, config.log_format)
-            except ConfigError as e:
-                from pgstatus.config.check import refuse_start
-
-                refuse_start(e)
-        super().setServiceParent(parent)
-
     def startService(self) -> None:
         """
         Log the effective configuration and start.
@@ -248,19 +227,15 @@ class PgStatusService(MultiService):
         for w in config.warnings:
             config_log.warn("{warning}", warning=w)
         super().startService()
-        if self._reloader is not None:
-            from pgstatus.config.reload import install_sighup
 
-            self._restore_sighup = install_sighup(self._reactor, self.reload)
-        if self._server_options is not None:
-            # under twistd: after the reactor has installed its own handlers
-            self._reactor.callWhenRunning(self._install_stop_signals)
-            # the process's start-up is over: its objects stay for good
-            settle()
-
-    def _install_stop_signals(self) -> None:
-        if self.running:
-            install_stop_signals(self._reactor)
+    def drain(self) -> None:
+        """
+        A delayed stop has begun (``pg_status__shutdown_delay_ms``): from now
+        on ``/ready`` answers 503, so that load balancers and readiness
+        probes send new clients elsewhere, while every other endpoint
+        answers as before until the stop.
+        """
+        self.api.renderer.draining = True
 
     def stopService(self) -> Deferred[None] | None:
         """
@@ -269,11 +244,6 @@ class PgStatusService(MultiService):
         log.info("shutting down")
         if self.hub is not None:
             self.hub.close()
-        restore, self._restore_sighup = self._restore_sighup, None
-        if restore is not None:
-            restore()
-        # The stop handlers stay: a second SIGTERM while shutting down must
-        # not bring back Twisted's (which would end with the signal).
         return super().stopService()
 
     def reload(self) -> bool:
@@ -320,7 +290,6 @@ class PgStatusService(MultiService):
                  file=self._reloader.source, changed=" ".join(plan.changed) or "none",
                  added=",".join(added) or "none", removed=",".join(removed) or "none")
         # last, so the line above is written whatever the new level
-        observer = self.log_observer or factory_observer()
-        if isinstance(observer, LevelFilter):
-            observer.reconfigure(config.log_level, config.log_format)
+        if self.log_observer is not None:
+            self.log_observer.reconfigure(config.log_level, config.log_format)
         return True

@@ -194,3 +194,31 @@ def test_clean_stop_closes_probes_stops_listening_and_leaves_no_timer() -> None:
     assert all(p.closed for p in b.probes.values())
     assert b.svc.http.port is None
     assert [c for c in b.reactor.getDelayedCalls() if c.active()] == []
+
+
+def test_drain_makes_ready_503_and_keeps_every_other_answer() -> None:
+    """
+    During a delayed stop (``pg_status__shutdown_delay_ms``) ``/ready``
+    answers 503 with its own error text, through Klein and through the
+    answer cache alike; ``/master``, ``/replica`` and ``/live`` answer as
+    before.
+    """
+    b = Built()
+    b.svc.startService()
+    b.probes["m"].answer(master_obs(b.reactor))
+    b.probes["r"].answer(replica_obs(b.reactor))
+    assert b.get("/ready") == (200, b"OK")
+    cache = b.svc.site.cache
+    ready_head = b"GET /ready HTTP/1.1\r\nHost: x\r\n\r\n"
+    cached = cache.serve(ready_head)
+    assert isinstance(cached, tuple) and cached[0].startswith(b"HTTP/1.1 200 OK\r\n")
+    b.svc.drain()
+    shutting_down = b'{"error_text": "pg-status is shutting down"}'
+    assert b.get("/ready") == (503, shutting_down)
+    cached = cache.serve(ready_head)
+    assert isinstance(cached, tuple)
+    assert cached[0].startswith(b"HTTP/1.1 503 ") and cached[0].endswith(shutting_down)
+    assert b.get("/master") == (200, b"m")
+    assert b.get("/replica") == (200, b"r")
+    assert b.get("/live") == (200, b"OK")
+    b.svc.stopService()

@@ -112,6 +112,7 @@ _INT_SETTINGS: dict[str, tuple[int, int, str]] = {
     "min_serving_replicas": (0, 1000000, "an integer from 0 to 1000000"),
     "agent_port": (0, 65535, "an integer from 0 to 65535 (0: off)"),
     "follow_timeout_ms": (2000, 3600000, "an integer from 2000 to 3600000"),
+    "shutdown_delay_ms": (0, 3600000, "an integer from 0 to 3600000"),
 }
 
 _FOLLOW_URL_RE = re.compile(r"http://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?(/[^\s?#]*)?")

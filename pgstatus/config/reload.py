@@ -1,22 +1,18 @@
 """
 Reloading the configuration on SIGHUP (an addition of ours).
 
-The signal handler does no work: it chains to the handler that was there
-before (the log observer's reopen, see
-:func:`pgstatus.logging.twistd.reopen_on_sighup`) and schedules the reload on the
-reactor thread with ``reactor.callFromThread``.  What a reload changes is
-decided here (:func:`plan_reload`); :class:`pgstatus.tap.PgStatusService`
+The SIGHUP handler (:mod:`pgstatus.signals`, which owns every signal)
+does no work: it reopens the log output and schedules the reload on the
+reactor thread with ``reactor.callFromThread``.  What a reload reads is
+here (:class:`EnvFileReloader`), and what it changes is decided here
+(:func:`plan_reload`); :meth:`pgstatus.service.PgStatusService.reload`
 applies it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import signal
-import threading
-from collections.abc import Callable, Mapping
-from types import FrameType
-from typing import Any
+from collections.abc import Mapping
 
 from pgstatus.config.settings import Config
 
@@ -70,36 +66,6 @@ def plan_reload(old: Config, new: Config) -> ReloadPlan:
         changed.append("pg_password=(changed)")
     keep = {name: getattr(old, name) for name in RESTART_SETTINGS}
     return ReloadPlan(dataclasses.replace(new, **keep), tuple(changed), tuple(restart))
-
-
-def install_sighup(reactor: Any, callback: Callable[[], object]) -> Callable[[], None] | None:
-    """
-    Make SIGHUP call ``callback`` on the reactor thread, after the handler
-    installed before (if it is a Python callable, e.g. the log reopen).
-
-    Only the main thread may set signal handlers; elsewhere nothing is
-    installed.
-
-    :return: a function that puts the previous handler back (if ours is
-        still installed), or ``None`` if nothing was installed.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    previous = signal.getsignal(signal.SIGHUP)
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        if callable(previous):
-            previous(signum, frame)
-        reactor.callFromThread(callback)
-
-    signal.signal(signal.SIGHUP, handler)
-
-    def restore() -> None:
-        if signal.getsignal(signal.SIGHUP) is handler:
-            signal.signal(signal.SIGHUP,
-                          previous if previous is not None else signal.SIG_DFL)
-
-    return restore
 
 
 class EnvFileReloader:

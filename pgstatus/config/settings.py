@@ -146,6 +146,9 @@ class Config:
     follow: tuple[str, ...] = ()
     #: how long without news from a hub before polling PostgreSQL itself
     follow_timeout_ms: int = 3000
+    #: an addition of ours: how long to keep answering after SIGTERM before
+    #: stopping (0: stop at once, as the original does)
+    shutdown_delay_ms: int = 0
     warnings: tuple[str, ...] = ()
 
     @property
@@ -215,6 +218,7 @@ class Config:
             ("agent_port", str(self.agent_port)),
             ("follow", ",".join(self.follow)),
             ("follow_timeout_ms", str(self.follow_timeout_ms)),
+            ("shutdown_delay_ms", str(self.shutdown_delay_ms)),
         ]
         return items
 

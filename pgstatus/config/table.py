@@ -130,6 +130,9 @@ SETTINGS: tuple[Setting, ...] = (
        "Idle keep-alive HTTP connections are closed after this long."),
     _S("http_header_timeout_ms", "10000", _ms(1, C_INT_MAX), False,
        "A request head must arrive complete within this long."),
+    _S("shutdown_delay_ms", "0", _ms(0, 3600000), True,
+       "After SIGTERM, keep answering for this long (with /ready answering 503), then stop "
+       "and exit 0; a second SIGTERM or a SIGINT stops at once (0: stop at once)."),
     _S("agent_port", "0", _int(0, 65535), False,
        "TCP port of the HAProxy agent-check listener (0: off)."),
     _S("follow", "", "comma-separated list of http://host[:port][/prefix] base URLs",

@@ -59,6 +59,8 @@ def text(body: str, status: int = 200) -> Response:
 EMPTY_404 = Response(404, None, b"")
 EMPTY_405 = Response(405, None, b"")
 NOT_READY = error(503, "pg_monitor is not ready")
+#: ``/ready`` during a delayed stop (``pg_status__shutdown_delay_ms``)
+SHUTTING_DOWN = error(503, "pg-status is shutting down")
 OK = text("OK")
 NO_HOST_JSON = json_response(404, {"host": None, "dc": None, "geo": None})
 NO_STATUS_HOST = error(400, "Get parameter 'host' wasn't passed")

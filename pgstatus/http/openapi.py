@@ -175,10 +175,12 @@ _ENDPOINTS: dict[str, tuple[str, str, str, tuple[str, ...], dict[str, Any]]] = {
     "/ready": (
         "service", "Readiness",
         "`OK` once every host has completed its first check (successfully or not); "
-        "later outages do not make pg-status unready.",
+        "later outages do not make pg-status unready. `503` again during a delayed "
+        "stop (`pg_status__shutdown_delay_ms`), so that load balancers send new "
+        "clients elsewhere.",
         (), {
             "200": _text({"type": "string", "const": "OK"}, "Every host was checked."),
-            "503": schema_ref("responses", "NotReady"),
+            "503": schema_ref("responses", "NotReadyOrShuttingDown"),
             "500": schema_ref("responses", "InternalError"),
         },
     ),

@@ -26,6 +26,7 @@ from pgstatus.http.answer import (
     NO_STATUS_HOST,
     NOT_READY,
     OK,
+    SHUTTING_DOWN,
     Response,
     error,
     host_json,
@@ -96,6 +97,8 @@ class Renderer:
         self.requests: dict[tuple[str, int], int] = {}
         #: replica requests answered with the master, by reason
         self.fallbacks: dict[str, int] = {}
+        #: a delayed stop is under way: ``/ready`` answers 503
+        self.draining = False
 
     def memo(self, view: View) -> ViewMemo:
         """
@@ -344,8 +347,11 @@ class Renderer:
 
     def ready(self) -> Response:
         """
-        ``/ready``.
+        ``/ready``: 503 before the first check of every host, and during
+        a delayed stop.
         """
+        if self.draining:
+            return SHUTTING_DOWN
         return OK if self._current().ready else NOT_READY
 
     def live(self) -> Response:

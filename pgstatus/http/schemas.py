@@ -342,6 +342,13 @@ RESPONSES: dict[str, Any] = {
                        "any parameter is validated, whatever the `Accept` header.",
         "content": json_content(error_schema("pg_monitor is not ready")),
     },
+    "NotReadyOrShuttingDown": {
+        "description": "Not every host has completed its first check yet, or a delayed stop "
+                       "is under way (`pg_status__shutdown_delay_ms`: every other endpoint "
+                       "still answers until the stop).",
+        "content": json_content(error_schema("pg_monitor is not ready",
+                                             "pg-status is shutting down")),
+    },
     "InternalError": {
         "description": "The request failed inside pg-status (logged); the service keeps "
                        "serving.",

@@ -24,7 +24,7 @@ from pgstatus.logging.twistd import (
     install_observer,
     observer,
     observer_for_twistd,
-    reopen_on_sighup,
+    reopener,
 )
 
 __all__ = [
@@ -44,5 +44,5 @@ __all__ = [
     "make_syslog_observer",
     "observer",
     "observer_for_twistd",
-    "reopen_on_sighup",
+    "reopener",
 ]

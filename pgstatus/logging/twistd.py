@@ -1,18 +1,17 @@
 """
 The twistd glue: :obj:`observer` for ``twistd --logger`` (handed on as
 ``pgstatus.logging.twistd.observer``), the observer the tap installs when twistd was
-given none, and reopening the log file on SIGHUP.
+given none, and what reopens its output (on SIGHUP and SIGUSR1, which
+:mod:`pgstatus.signals` handles).
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import signal
 import stat
 import sys
-from collections.abc import Mapping
-from types import FrameType
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from twisted.logger import (
@@ -57,26 +56,19 @@ def factory_observer() -> LevelFilter | None:
     return _factory_observer
 
 
-def reopen_on_sighup(obs: ILogObserver) -> None:
+def reopener(obs: ILogObserver | None) -> Callable[[], None] | None:
     """
-    Make SIGUSR1 and SIGHUP reopen ``obs``'s output (log file or syslog
-    socket), for log rotation.
-
-    Twisted does not handle SIGHUP, whose default action ends the process;
-    the init script's ``reload`` sends it after log rotation. The handler
-    only flags the observer (safe in a signal handler, even while a line is
-    being written); the next event reopens before it is written.
+    What reopens ``obs``'s output (its log file or syslog socket) for log
+    rotation, or ``None`` when it has nothing to reopen (stderr).  It only
+    flags the observer, which reopens before the next line, so a signal
+    handler may call it even while a line is being written:
+    :mod:`pgstatus.signals` calls it on SIGHUP and SIGUSR1 (Twisted does
+    not handle SIGHUP, whose default action ends the process; the init
+    script's ``reload`` sends it after log rotation).
     """
     target = obs.observer if isinstance(obs, LevelFilter) else obs
-    request = getattr(target, "request_reopen", None)
-    if request is None:
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        request()
-
-    signal.signal(signal.SIGUSR1, handler)
-    signal.signal(signal.SIGHUP, handler)
+    request: Callable[[], None] | None = getattr(target, "request_reopen", None)
+    return request
 
 
 def _is_daemon(server_options: Mapping[str, Any]) -> bool:
@@ -95,7 +87,8 @@ def observer_for_twistd(
     ``--syslog [--prefix=P]``        :obj:`SyslogObserver` to ``/dev/log``, tag P
                                     (twistd's default prefix ``twisted``
                                     becomes ``pg-status``)
-    ``--logfile=PATH``               append to PATH (reopened on SIGHUP)
+    ``--logfile=PATH``               append to PATH (reopened on SIGHUP: see
+                                    :func:`reopener`)
     ``-n``, no ``--logfile`` or ``-``  stderr
     daemon, no ``--logfile``         ``twistd.log`` (as twistd does)
     daemon, ``--logfile=-``          exit: "Daemons cannot log to stdout"
@@ -190,7 +183,6 @@ def install_observer(
     server_options: Mapping[str, Any] | None = None,
     level: str = "info",
     fmt: str = "text",
-    sighup: bool = True,
 ) -> ILogObserver | None:
     """
     Make plain ``twistd pgstatus`` log through our observer.
@@ -201,17 +193,18 @@ def install_observer(
     to the application before logging starts, so the tap's top-level service
     calls this from ``setServiceParent``::
 
-        class PgStatusService(MultiService):
-            def __init__(self, config, server_options):
+        class Top(MultiService):
+            def __init__(self, server_options):
                 super().__init__()
-                self._config, self._server_options = config, server_options
+                self._server_options = server_options
 
             def setServiceParent(self, parent):
-                install_observer(parent, self._server_options,
-                                 self._config.log_level, self._config.log_format)
+                install_observer(parent, self._server_options, "info", "text")
                 super().setServiceParent(parent)
 
-    with ``server_options = options.parent`` in ``makeService(options)``.
+    with ``server_options = options.parent`` in ``makeService(options)``
+    (:class:`pgstatus.tap.ProcessService`).  It sets no signal handler:
+    :func:`reopener` gives what SIGHUP and SIGUSR1 should call.
 
     Nothing is done if ``--logger`` was given (it wins anyway), if the
     application already has an observer component, or if ``application``
@@ -223,7 +216,6 @@ def install_observer(
         ``parent``), or :obj:`None` outside twistd.
     :param level: Minimum level name.
     :param fmt: ``text`` or ``json``.
-    :param sighup: Install the SIGHUP handler of :obj:`reopen_on_sighup`.
     :return: The installed observer, or :obj:`None`.
     :raise ConfigError: naming ``--logfile``: the log file cannot be opened
         for appending.
@@ -237,6 +229,4 @@ def install_observer(
         return None
     obs = observer_for_twistd(server_options, level, fmt)
     application.setComponent(ILogObserver, obs)
-    if sighup:
-        reopen_on_sighup(obs)
     return obs

@@ -926,6 +926,7 @@ def test_public_items_full():
         ("agent_port", "0"),
         ("follow", ""),
         ("follow_timeout_ms", "3000"),
+        ("shutdown_delay_ms", "0"),
     ]
 
 
@@ -1088,3 +1089,21 @@ def test_follow_timeout_invalid(value):
     err = error_for({P + "hosts": "db1", P + "follow": "http://hub",
                      P + "follow_timeout_ms": value})
     assert err.variable == P + "follow_timeout_ms"
+
+
+# ---------------------------------------------------------------------------
+# shutdown delay
+
+
+def test_shutdown_delay_default_and_value():
+    assert load_config({P + "hosts": "db1"}).shutdown_delay_ms == 0
+    config = load_config({P + "hosts": "db1", P + "shutdown_delay_ms": " 15000 "})
+    assert config.shutdown_delay_ms == 15000
+    assert ("shutdown_delay_ms", "15000") in config.public_items()
+
+
+@pytest.mark.parametrize("value", ["-1", "3600001", "2s", "1.5"])
+def test_shutdown_delay_invalid(value):
+    err = error_for({P + "hosts": "db1", P + "shutdown_delay_ms": value})
+    assert err.variable == P + "shutdown_delay_ms"
+    assert "an integer from 0 to 3600000" in err.reason

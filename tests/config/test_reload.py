@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import pytest_twisted
+from twisted.internet.task import deferLater
 from twisted.logger import Logger, globalLogPublisher
 
 from pgstatus import logging as pglog
@@ -313,18 +314,29 @@ def test_log_level_and_format_reload(pg_topology, reloading, reactor):
 def test_real_sighup_reloads_and_reopens_log(pg_topology, reloading, reactor, tmp_path):
     """
     A real SIGHUP both reopens the log file (logrotate) and reloads the
-    configuration; stopping the service puts the previous handler back.
+    configuration, through the one handler of :mod:`pgstatus.signals`;
+    once the signals' owner stops (the process is shutting down), SIGHUP
+    still reopens but no longer reloads, and ``uninstall`` puts the
+    previous handler back.
     """
+    from pgstatus.signals import ProcessSignals
+
     topo = pg_topology
     previous = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGUSR1)}
     logfile = tmp_path / "pg-status.log"
     obs = pglog.make_observer("info", "text", pglog.ReopenableFile(str(logfile)))
+    owner = None
     try:
-        pglog.reopen_on_sighup(obs)
-        reopen_handler = signal.getsignal(signal.SIGHUP)
         env = {**topo.hosts_env(), **FAST}
         svc, write = reloading(env)
-        assert signal.getsignal(signal.SIGHUP) is not reopen_handler
+        reloads = []
+
+        def reload():
+            reloads.append(svc.svc.reload())
+
+        owner = ProcessSignals(reactor, reload=reload, reopen=pglog.reopener(obs))
+        owner.startService()
+        assert signal.getsignal(signal.SIGHUP) == owner.handlers()[signal.SIGHUP]
         yield wait_until(reactor, ready(svc), 10, "readiness")
         obs(_event("before"))
         logfile.rename(tmp_path / "pg-status.log.1")
@@ -335,10 +347,23 @@ def test_real_sighup_reloads_and_reopens_log(pg_topology, reloading, reactor, tm
         obs(_event("after"))
         assert (tmp_path / "pg-status.log.1").read_text().endswith("before\n")
         assert logfile.read_text().endswith("after\n")
+        assert reloads == [True]
 
+        owner.stopService()
         yield svc.stop()
-        assert signal.getsignal(signal.SIGHUP) is reopen_handler
+        logfile.rename(tmp_path / "pg-status.log.2")
+        os.kill(os.getpid(), signal.SIGHUP)
+        obs(_event("stopping"))
+        assert logfile.read_text().endswith("stopping\n")
+        # the reload a SIGHUP schedules runs at the reactor's next turn
+        yield deferLater(reactor, 0.2, lambda: None)
+        assert reloads == [True]
+
+        owner.uninstall()
+        assert signal.getsignal(signal.SIGHUP) == previous[signal.SIGHUP]
     finally:
+        if owner is not None:
+            owner.uninstall()
         for s, handler in previous.items():
             signal.signal(s, handler)
 

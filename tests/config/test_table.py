@@ -208,7 +208,7 @@ SAMPLES = {
     "http_max_connections": "10", "http_idle_timeout_ms": "1000",
     "http_header_timeout_ms": "1000", "agent_port": "8002", "follow": "http://hub:8000",
     "follow_timeout_ms": "2000", "log_level": "debug", "log_format": "json",
-    "split_brain": "timeline",
+    "split_brain": "timeline", "shutdown_delay_ms": "2000",
 }
 #: the effective setting a variable changes, when it is not its own
 EFFECT = {"current_dc_env": "current_dc", "current_geo_env": "current_geo",

@@ -265,23 +265,23 @@ class _FakeReactor:
 
 def test_stop_signal_handlers_stop_once_and_keep_ignored_signals() -> None:
     """
-    ``install_stop_signals``: SIGTERM schedules a reactor stop on the reactor
+    ``ProcessSignals``: SIGTERM schedules a reactor stop on the reactor
     thread (a second one during shutdown is harmless); an ignored SIGINT stays
-    ignored; ``restore`` puts the previous handlers back.
+    ignored; ``uninstall`` puts the previous handlers back.
     """
-    from pgstatus.stopsignals import install_stop_signals
+    from pgstatus.signals import ProcessSignals
 
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     reactor = _FakeReactor()
     try:
-        restore = install_stop_signals(reactor)
-        assert restore is not None
+        owner = ProcessSignals(reactor)
+        owner.install()
         assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
         signal.raise_signal(signal.SIGTERM)
         signal.raise_signal(signal.SIGTERM)
         assert reactor.calls == ["callFromThread", "stop", "callFromThread"]
-        restore()
+        owner.uninstall()
         assert signal.getsignal(signal.SIGTERM) == before[signal.SIGTERM]
     finally:
         for s, h in before.items():

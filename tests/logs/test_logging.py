@@ -662,7 +662,7 @@ def test_install_observer_sets_application_component() -> None:
     """
     app = Application("pgstatus")
     obs = pglog.install_observer(app, {"nodaemon": True, "logger": None, "logfile": ""},
-                                 "warning", "json", sighup=False)
+                                 "warning", "json")
     assert app.getComponent(ILogObserver) is obs
     assert isinstance(obs, pglog.LevelFilter) and obs.level == "warning"
     inner = obs.observer
@@ -675,13 +675,13 @@ def test_install_observer_respects_explicit_logger_and_existing_component() -> N
     missing twistd (no server options) are left alone.
     """
     app = Application("pgstatus")
-    assert pglog.install_observer(app, {"logger": pglog.observer}, sighup=False) is None
+    assert pglog.install_observer(app, {"logger": pglog.observer}) is None
     assert app.getComponent(ILogObserver, None) is None
-    assert pglog.install_observer(app, None, sighup=False) is None
-    assert pglog.install_observer(MultiService(), {"nodaemon": True}, sighup=False) is None
+    assert pglog.install_observer(app, None) is None
+    assert pglog.install_observer(MultiService(), {"nodaemon": True}) is None
     mine = pglog.make_observer("info", "text", io.StringIO())
     app.setComponent(ILogObserver, mine)
-    assert pglog.install_observer(app, {"nodaemon": True}, sighup=False) is None
+    assert pglog.install_observer(app, {"nodaemon": True}) is None
     assert app.getComponent(ILogObserver) is mine
 
 
@@ -711,18 +711,28 @@ def test_signal_reopens_log_file(tmp_path: Path, signum: int) -> None:
     """
     After logrotate moves the file, SIGUSR1 (or SIGHUP) makes the next line
     go to a fresh file at the configured path, and the process survives.
+    (The observer sets no handler: the signals' one owner,
+    :mod:`pgstatus.signals`, calls what :func:`reopener` gives.)
     """
+    from pgstatus.signals import ProcessSignals
+
     path = tmp_path / "pg-status.log"
     app = Application("pgstatus")
     previous = {s: signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGUSR1)}
+    owner = None
     try:
         obs = pglog.install_observer(app, {"nodaemon": True, "logfile": str(path)})
         assert obs is not None
+        assert {s: signal.getsignal(s) for s in previous} == previous
+        owner = ProcessSignals(None, reopen=pglog.reopener(obs))
+        owner.install()
         emit(obs, event("before"))
         path.rename(tmp_path / "pg-status.log.1")
         os.kill(os.getpid(), signum)
         emit(obs, event("after"))
     finally:
+        if owner is not None:
+            owner.uninstall()
         for s, handler in previous.items():
             signal.signal(s, handler)
     assert (tmp_path / "pg-status.log.1").read_text().endswith("INFO http: before\n")
