@@ -56,7 +56,7 @@ setup(
             # tests/deploy: the Kubernetes manifests and the Prometheus
             # configuration (kubernetes-validate bundles the API schemas)
             "pyyaml>=6,<7",
-            "kubernetes-validate>=1.28,<2",
+            "kubernetes-validate>=1.29,<2",  # the 1.29 schemas
             "ruff>=0.5",
             # `make typecheck`, the first step of `make test`; mypy-zope
             # supports a narrow range of mypy versions
