@@ -146,6 +146,18 @@ class Config:
     follow: tuple[str, ...] = ()
     #: how long without news from a hub before polling PostgreSQL itself
     follow_timeout_ms: int = 3000
+    #: additions of ours, opt-in: Patroni's leader key in etcd
+    #: (:mod:`pgstatus.config.patroni`); empty patroni_etcd: not read
+    patroni_etcd: tuple[str, ...] = ()
+    patroni_namespace: str = "/service/"
+    patroni_scope: str = ""
+    patroni_ttl: int = 30
+    patroni_unreadable: str = "hosts"
+    patroni_cacert: str = ""
+    patroni_cert: str = ""
+    patroni_key: str = ""
+    patroni_username: str = ""
+    patroni_password: str = field(default="", repr=False)
     warnings: tuple[str, ...] = ()
 
     @property
@@ -215,6 +227,15 @@ class Config:
             ("agent_port", str(self.agent_port)),
             ("follow", ",".join(self.follow)),
             ("follow_timeout_ms", str(self.follow_timeout_ms)),
+            ("patroni_etcd", ",".join(self.patroni_etcd)),
+            ("patroni_namespace", self.patroni_namespace),
+            ("patroni_scope", self.patroni_scope),
+            ("patroni_ttl", str(self.patroni_ttl)),
+            ("patroni_unreadable", self.patroni_unreadable),
+            ("patroni_cacert", self.patroni_cacert),
+            ("patroni_cert", self.patroni_cert),
+            ("patroni_key", self.patroni_key),
+            ("patroni_username", self.patroni_username),
         ]
         return items
 

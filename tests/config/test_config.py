@@ -926,6 +926,15 @@ def test_public_items_full():
         ("agent_port", "0"),
         ("follow", ""),
         ("follow_timeout_ms", "3000"),
+        ("patroni_etcd", ""),
+        ("patroni_namespace", "/service/"),
+        ("patroni_scope", ""),
+        ("patroni_ttl", "30"),
+        ("patroni_unreadable", "hosts"),
+        ("patroni_cacert", ""),
+        ("patroni_cert", ""),
+        ("patroni_key", ""),
+        ("patroni_username", ""),
     ]
 
 
