@@ -15,7 +15,12 @@ asks ``/master`` before each commit of a numbered row.  Checked:
 - the hung Patroni (SIGSTOP of the leader's Patroni, its PostgreSQL still
   writable): the old leader is dropped as soon as its key expires, and no
   acknowledged write of the writer following this instance is lost; the
-  instance without the settings, measured beside it, loses some.
+  instance without the settings, measured beside it, loses some;
+- the whole leader frozen (Patroni and PostgreSQL), then thawed: the new
+  leader is named, the old one never again;
+- etcd cut off from pg-status alone (a proxy): one WARNING, the store shown
+  down in ``/metrics``, the leader trusted for ``patroni_ttl``, then
+  ``patroni_unreadable``; one INFO when it is back.
 
 Figures (writes lost, time without a master, the leader key change to
 ``/master`` latency) are printed at the end of the module (``-s``/``-rA``).
@@ -451,3 +456,121 @@ def test_hung_node(patroni: PatroniCluster, pg_status: Callable[..., Daemon]) ->
     assert old.host not in watch.answers("etcd", thawed)
     bad = named_without_key(watch, keys, "etcd")
     assert not bad, "named master without the leader key:\n" + "\n".join(bad[:20])
+
+
+class CuttableProxy:
+    """
+    A threaded TCP proxy to etcd that can be cut (every connection closed,
+    new ones closed at once) and put back: the store unreachable from
+    pg-status alone, while Patroni keeps using it.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        import socket
+
+        self.target = ("127.0.0.1", target_port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.cut = False
+        self.conns: list[Any] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.cut:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=2)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self.conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, a: Any, b: Any) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def set_cut(self, cut: bool) -> None:
+        import socket
+
+        self.cut = cut
+        if cut:
+            with self._lock:
+                conns, self.conns = self.conns, []
+            for s in conns:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def close(self) -> None:
+        self.listener.close()
+        self.set_cut(True)
+
+
+def metric(daemon: Daemon, name: str) -> float | None:
+    status, body = daemon.get("/metrics")
+    assert status == 200
+    for line in body.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def test_store_unreachable_from_pg_status(patroni: PatroniCluster,
+                                          pg_status: Callable[..., Daemon]) -> None:
+    """
+    etcd cut off from pg-status only (Patroni unaffected), with
+    ``patroni_ttl=3`` and ``patroni_unreadable=no_master``: one WARNING,
+    ``pgstatus_patroni_store_up`` 0, the leader still named for ``ttl``,
+    then no master; put back: one INFO, the leader named again.
+    """
+    proxy = CuttableProxy(int(patroni.etcd.url.rsplit(":", 1)[1]))
+    try:
+        daemon = pg_status(patroni_etcd=f"http://127.0.0.1:{proxy.port}", patroni_ttl="3",
+                           patroni_unreadable="no_master")
+        leader = patroni.leader()
+        assert leader is not None
+        poll(lambda: daemon.get("/master") == (200, leader.host), 10, "leader named")
+        assert metric(daemon, "pgstatus_patroni_store_up") == 1
+        cut = time.monotonic()
+        proxy.set_cut(True)
+        poll(lambda: metric(daemon, "pgstatus_patroni_store_up") == 0, 5, "store down")
+        noticed = time.monotonic()
+        assert daemon.get("/master") == (200, leader.host)  # trusted for ttl
+        poll(lambda: daemon.get("/master")[0] == 404, 6, "no master after ttl")
+        stale = time.monotonic()
+        assert metric(daemon, "pgstatus_patroni_store_fresh") == 0
+        proxy.set_cut(False)
+        poll(lambda: daemon.get("/master") == (200, leader.host), 10, "leader named again")
+        back = time.monotonic()
+        log = daemon.log(None)
+    finally:
+        proxy.close()
+    FIGURES["store cut: noticed (s)"] = f"{noticed - cut:.2f}"
+    FIGURES["store cut: no master after (s, patroni_ttl=3)"] = f"{stale - cut:.2f}"
+    FIGURES["store back: leader named again after (s)"] = f"{back - stale:.2f}"
+    assert log.count("Patroni store unreachable") == 1, log[-3000:]
+    assert log.count("Patroni store readable again") == 1, log[-3000:]
+    assert log.count("not read for 3s") == 1, log[-3000:]
