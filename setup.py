@@ -40,6 +40,11 @@ setup(
         "client": [
             "treq>=23.11,<27",
         ],
+        # pg_status__patroni_etcd: Patroni's leader key read from etcd's v3
+        # JSON gateway (treq, and pyOpenSSL for https endpoints)
+        "patroni": [
+            "treq>=23.11,<27",
+        ],
         # pg_status__http_listen=ssl:...: TLS for the API
         "tls": [
             "twisted[tls]>=24.3,<27",

@@ -45,6 +45,7 @@ from pgstatus.monitor.service import MonitorService
 # Imported where used, so a service that does not use them does not load
 # them: pgstatus.agent (pg_status__agent_port), pgstatus.config.reload
 # (pg_status__env_file), pgstatus.monitor.follower (pg_status__follow),
+# pgstatus.monitor.patroni_store (pg_status__patroni_etcd),
 # pgstatus.http.metrics (the first /metrics).
 
 log = Logger(namespace="pgstatus.main")
@@ -133,6 +134,15 @@ class PgStatusService(MultiService):
             def check_soon(i: int) -> None:
                 self.monitor.check_soon(i)
         registry = self.monitor.registry
+        #: Patroni's leader key watched in etcd (``pg_status__patroni_etcd``), else ``None``
+        self.patroni: Any = None
+        if config.patroni_etcd:
+            from pgstatus.model.leader import Leader
+            from pgstatus.monitor.patroni_store import PatroniStore
+
+            registry.set_leader(Leader(unreadable=config.patroni_unreadable))
+            self.patroni = PatroniStore(config, reactor, registry.set_leader)
+            self.patroni.setServiceParent(self)
         self.fresh = FreshReads(reactor, check_soon)
         registry.observe(self.fresh.published)
         #: the streams of our followers (``GET /follow``): made at the first

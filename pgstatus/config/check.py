@@ -9,9 +9,9 @@ start uses, :func:`pgstatus.config.environ.load_config`.  A start stops at
 the first invalid variable; the check reports that one, sets it aside (as
 if it were not set) and validates again, until the rest is valid, so that
 every invalid variable is named at once.  Nothing listens and nothing
-connects; the only files read are the environment file and the password
-file.  An error reads as the line a start prints for it
-(:func:`error_line`, :func:`refuse_start`).
+connects; the only files read are the environment file, the password
+file and the PEM files of the Patroni settings.  An error reads as the
+line a start prints for it (:func:`error_line`, :func:`refuse_start`).
 """
 
 from __future__ import annotations

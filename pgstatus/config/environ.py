@@ -35,6 +35,7 @@ from collections.abc import Mapping
 
 from pgstatus.config.files import read_password_file
 from pgstatus.config.locality import resolve_locality
+from pgstatus.config.patroni import parse_patroni
 from pgstatus.config.settings import (
     C_INT_MAX,
     DEFAULT_PG_PORT,
@@ -113,6 +114,7 @@ _INT_SETTINGS: dict[str, tuple[int, int, str]] = {
     "agent_port": (0, 65535, "an integer from 0 to 65535 (0: off)"),
     "follow_timeout_ms": (2000, 3600000, "an integer from 2000 to 3600000"),
     "shutdown_delay_ms": (0, 3600000, "an integer from 0 to 3600000"),
+    "patroni_ttl": (1, 86400, "an integer from 1 to 86400 (seconds, as Patroni's ttl)"),
 }
 
 _FOLLOW_URL_RE = re.compile(r"http://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?(/[^\s?#]*)?")
@@ -288,6 +290,7 @@ def load_config(environ: Mapping[str, str]) -> Config:
         if text is not None:
             numbers[name] = _parse_int(PREFIX + name, text, lo, hi, expected)
 
+    patroni = parse_patroni(environ)
     hosts = tuple(
         HostConfig(name=name, port=port, dc=dc, geo=geo)
         for name, port, dc, geo in zip(host_names, ports, dcs, geos, strict=True)
@@ -307,6 +310,15 @@ def load_config(environ: Mapping[str, str]) -> Config:
         log_format=_parse_log_format(environ),
         split_brain=_parse_choice(environ, "split_brain", SPLIT_BRAIN_RULES),
         follow=_parse_follow(environ),
+        patroni_etcd=patroni["patroni_etcd"],
+        patroni_namespace=patroni["patroni_namespace"],
+        patroni_scope=patroni["patroni_scope"],
+        patroni_unreadable=patroni["patroni_unreadable"],
+        patroni_cacert=patroni["patroni_cacert"],
+        patroni_cert=patroni["patroni_cert"],
+        patroni_key=patroni["patroni_key"],
+        patroni_username=patroni["patroni_username"],
+        patroni_password=patroni["patroni_password"],
         warnings=warnings,
         **numbers,
     )

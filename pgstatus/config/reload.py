@@ -27,6 +27,17 @@ RESTART_SETTINGS = (
     "http_header_timeout_ms",
     "follow",
     "follow_timeout_ms",
+    # the store's watch is set up at start
+    "patroni_etcd",
+    "patroni_namespace",
+    "patroni_scope",
+    "patroni_ttl",
+    "patroni_unreadable",
+    "patroni_cacert",
+    "patroni_cert",
+    "patroni_key",
+    "patroni_username",
+    "patroni_password",
 )
 
 
@@ -64,6 +75,8 @@ def plan_reload(old: Config, new: Config) -> ReloadPlan:
             changed.append(f"{name}={value}")
     if old.pg_password != new.pg_password:
         changed.append("pg_password=(changed)")
+    if old.patroni_password != new.patroni_password:
+        restart.append("patroni_password=(changed)")
     keep = {name: getattr(old, name) for name in RESTART_SETTINGS}
     return ReloadPlan(dataclasses.replace(new, **keep), tuple(changed), tuple(restart))
 

@@ -149,6 +149,18 @@ class Config:
     #: an addition of ours: how long to keep answering after SIGTERM before
     #: stopping (0: stop at once, as the original does)
     shutdown_delay_ms: int = 0
+    #: additions of ours, opt-in: Patroni's leader key in etcd
+    #: (:mod:`pgstatus.config.patroni`); empty patroni_etcd: not read
+    patroni_etcd: tuple[str, ...] = ()
+    patroni_namespace: str = "/service/"
+    patroni_scope: str = ""
+    patroni_ttl: int = 30
+    patroni_unreadable: str = "hosts"
+    patroni_cacert: str = ""
+    patroni_cert: str = ""
+    patroni_key: str = ""
+    patroni_username: str = ""
+    patroni_password: str = field(default="", repr=False)
     warnings: tuple[str, ...] = ()
 
     @property
@@ -219,6 +231,15 @@ class Config:
             ("follow", ",".join(self.follow)),
             ("follow_timeout_ms", str(self.follow_timeout_ms)),
             ("shutdown_delay_ms", str(self.shutdown_delay_ms)),
+            ("patroni_etcd", ",".join(self.patroni_etcd)),
+            ("patroni_namespace", self.patroni_namespace),
+            ("patroni_scope", self.patroni_scope),
+            ("patroni_ttl", str(self.patroni_ttl)),
+            ("patroni_unreadable", self.patroni_unreadable),
+            ("patroni_cacert", self.patroni_cacert),
+            ("patroni_cert", self.patroni_cert),
+            ("patroni_key", self.patroni_key),
+            ("patroni_username", self.patroni_username),
         ]
         return items
 

@@ -6,6 +6,7 @@ published view and a few counters and joins strings, nothing more.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -136,6 +137,39 @@ class MetricsRenderer:
         for reason in ("no_replica", "lag", "min_lsn", "timeline"):
             yield f'{name}{{reason="{reason}"}} {renderer.fallbacks.get(reason, 0)}\n'
         yield from _follow_lines(self._stats.follow_stats(), self._hub(), family)
+        if view.leader is not None:
+            yield from _patroni_lines(view, family)
+
+
+def _patroni_lines(view: View, family: Callable[[str, str, str], str]) -> Iterable[str]:
+    """
+    ``pg_status__patroni_etcd``: the store's state and its leader key.
+    """
+    leader = view.leader
+    assert leader is not None
+    yield family("pgstatus_patroni_store_up", "gauge",
+                 "1 while Patroni's store is read (the watch open, the last read successful).")
+    yield f"pgstatus_patroni_store_up {_num(leader.up)}\n"
+    yield family("pgstatus_patroni_store_fresh", "gauge",
+                 "1 while the store was read within patroni_ttl: the leader key decides the "
+                 "master (else patroni_unreadable does).")
+    yield f"pgstatus_patroni_store_fresh {_num(leader.fresh)}\n"
+    yield family("pgstatus_patroni_leader_revision", "gauge",
+                 "The leader key's mod_revision in etcd (0: no leader key).")
+    yield f"pgstatus_patroni_leader_revision {leader.revision}\n"
+    yield family("pgstatus_patroni_leader_age_seconds", "gauge",
+                 "Seconds since the leader key was seen to change holder (absent before "
+                 "the first read).")
+    if leader.changed_at is not None:
+        age = max(0.0, time.time() - leader.changed_at)
+        yield f"pgstatus_patroni_leader_age_seconds {age:.3f}\n"
+    name = "pgstatus_patroni_leader"
+    yield family(name, "gauge", "1 for the member holding the leader key, with the address of "
+                 "its conn_url (absent without a leader key).")
+    if leader.member is not None:
+        address = "" if leader.address is None else f"{leader.address[0]}:{leader.address[1]}"
+        yield (f'{name}{{member="{_escape(leader.member)}",address="{_escape(address)}"}} '
+               "1\n")
 
 
 def _follow_lines(follow: FollowStats, hub: Hub | None,

@@ -8,6 +8,10 @@ The monitor side publishes views; the HTTP side only reads them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pgstatus.model.leader import Leader
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,17 +70,21 @@ class View:
         ``None``: any position may differ.  A check changes one host, so an
         observer comparing consecutive views can do work per changed host,
         not per host (with a thousand hosts, a thousand checks a second).
+    :ivar leader: Patroni's leader key as the master was selected with it
+        (``pg_status__patroni_etcd``), else ``None``.
     """
 
-    __slots__ = ("hosts", "master", "ready", "generation", "changed")
+    __slots__ = ("hosts", "master", "ready", "generation", "changed", "leader")
 
     def __init__(self, hosts: tuple[HostStatus, ...], master: HostStatus | None, ready: bool,
-                 generation: int, changed: tuple[int, ...] | None = None) -> None:
+                 generation: int, changed: tuple[int, ...] | None = None,
+                 leader: Leader | None = None) -> None:
         self.hosts = hosts
         self.master = master
         self.ready = ready
         self.generation = generation
         self.changed = changed
+        self.leader = leader
 
     def __repr__(self) -> str:
         return (f"View(hosts={self.hosts!r}, master={self.master!r}, ready={self.ready!r}, "

@@ -24,7 +24,7 @@ from twisted.logger import Logger
 
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import HostConfig
-from pgstatus.model.selection import select_master
+from pgstatus.model.leader import Leader, select_leader_master
 from pgstatus.model.status import HostStatus, View
 from pgstatus.monitor import sync
 from pgstatus.monitor.hoststate import HostState
@@ -66,6 +66,8 @@ class Registry:
         #: how many states, from the first, are known to be checked (so
         #: that readiness is not a pass over every host per check)
         self._checked_through = 0
+        #: Patroni's leader key, as the store's watcher last published it
+        self._leader: Leader | None = None
         self.view = View(tuple(self._statuses), None, False, 0)
 
     # -- reading ---------------------------------------------------------
@@ -77,9 +79,7 @@ class Registry:
         return tuple(self._states)
 
     def index_of(self, state: HostState) -> int:
-        """
-        The position of ``state``'s host in the host list.
-        """
+        """The position of ``state``'s host in the host list."""
         return self._where[id(state)]
 
     @property
@@ -91,21 +91,15 @@ class Registry:
         return self._unchecked is not None
 
     def is_dead(self, state: HostState) -> bool:
-        """
-        Whether ``state``'s host is dead (see :meth:`HostState.dead`).
-        """
+        """Whether ``state``'s host is dead (see :meth:`HostState.dead`)."""
         return state.dead(self._settings.current.max_fails)
 
     def failures(self, state: HostState) -> int:
-        """
-        Consecutive failed checks of ``state``'s host.
-        """
+        """Consecutive failed checks of ``state``'s host."""
         return state.failures
 
     def master_state(self) -> HostState | None:
-        """
-        The state of the selected master, if any.
-        """
+        """The state of the selected master, if any."""
         m = self.view.master
         return None if m is None else self._states[m.index]
 
@@ -129,9 +123,7 @@ class Registry:
     @property
     def reference_position(self) -> MasterPosition | None:
         """
-        The master position replica lag is measured against: of the
-        selected master, or, while none is selected, of the master selected
-        last.
+        The position replica lag is measured against (see ``_reference``).
         """
         return None if self._reference is None else self._reference[1]
 
@@ -199,6 +191,16 @@ class Registry:
             # membership starts afresh once the host is alive again
             state.sync_time = state.sync_bytes = None
         return self._publish_host(state)
+
+    def set_leader(self, leader: Leader) -> View:
+        """
+        Adopt Patroni's store's word (at every change) and select again;
+        a mirrored view stays as its hub selected it.
+        """
+        self._leader = leader
+        if self._mirrored:
+            return self.view
+        return self._publish(None, self.view.ready, select=True, changed=())
 
     # -- host list ---------------------------------------------------------
     def new_state(self, host: HostConfig) -> HostState:
@@ -270,7 +272,7 @@ class Registry:
     def mirror(self, statuses: Sequence[HostStatus], master: int | None, ready: bool) -> View:
         """
         Publish another instance's view (follower mode): its host statuses
-        and its choice of master.  Our own host states are left alone.
+        and its choice of master; our own host states are left alone.
 
         :param statuses: one per configured host, in order, with our
             locality.
@@ -380,8 +382,9 @@ class Registry:
                     claims.discard(i)
         if select:
             # the same choice as from every host: the others are never chosen
-            chosen = select_master([hosts[i] for i in sorted(claims)],
-                                   self._settings.current.split_brain)
+            config = self._settings.current
+            chosen = select_leader_master([hosts[i] for i in sorted(claims)], self._leader,
+                                          config.hosts, config.split_brain)
             if chosen is not None:
                 st = self._states[chosen.index]
                 if st.position is not None:
@@ -391,7 +394,7 @@ class Registry:
         if old is None:
             old = self.view
         self._generation += 1
-        self.view = View(hosts, chosen, ready, self._generation, changed)
+        self.view = View(hosts, chosen, ready, self._generation, changed, self._leader)
         for observer in self._observers:
             observer(old, self.view)
         return self.view

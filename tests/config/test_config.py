@@ -927,6 +927,15 @@ def test_public_items_full():
         ("follow", ""),
         ("follow_timeout_ms", "3000"),
         ("shutdown_delay_ms", "0"),
+        ("patroni_etcd", ""),
+        ("patroni_namespace", "/service/"),
+        ("patroni_scope", ""),
+        ("patroni_ttl", "30"),
+        ("patroni_unreadable", "hosts"),
+        ("patroni_cacert", ""),
+        ("patroni_cert", ""),
+        ("patroni_key", ""),
+        ("patroni_username", ""),
     ]
 
 

@@ -162,8 +162,8 @@ def test_documented_default_is_the_default(s: Setting) -> None:
     public = dict(default.public_items())
     if s.name in public:
         assert public[s.name] == s.default
-    elif s.name == "pg_password":
-        assert default.pg_password == s.default
+    elif s.name in ("pg_password", "patroni_password"):
+        assert getattr(default, s.name) == s.default
     else:
         # not shown at start: the file-naming variables, the *_env
         # indirections, and http_listen while unset (shown once set)
@@ -209,7 +209,13 @@ SAMPLES = {
     "http_header_timeout_ms": "1000", "agent_port": "8002", "follow": "http://hub:8000",
     "follow_timeout_ms": "2000", "log_level": "debug", "log_format": "json",
     "split_brain": "timeline", "shutdown_delay_ms": "2000",
+    "patroni_etcd": "http://etcd:2379", "patroni_namespace": "/other/",
+    "patroni_scope": "demo", "patroni_ttl": "20", "patroni_unreadable": "no_master",
+    "patroni_cacert": "<pem>", "patroni_cert": "<pem>", "patroni_key": "<pem>",
+    "patroni_username": "u", "patroni_password": "p",
 }
+#: what a sample needs beside it to be valid
+COMPANIONS = {"patroni_etcd": {PREFIX + "patroni_scope": "demo"}}
 #: the effective setting a variable changes, when it is not its own
 EFFECT = {"current_dc_env": "current_dc", "current_geo_env": "current_geo",
           "pg_password_file": "pg_password"}
@@ -229,8 +235,13 @@ def test_reload_applies_what_the_table_says(s: Setting, tmp_path: Path) -> None:
         secret.write_text("from-file\n")
         secret.chmod(0o600)
         value = str(secret)
+    if value == "<pem>":
+        pem = tmp_path / "file.pem"
+        pem.write_text("-----BEGIN CERTIFICATE-----\n")
+        value = str(pem)
     old = load_config(BASE)
-    new = load_config(BASE | {PREFIX + s.name: value, "MY_DC": "a", "MY_GEO": "g"})
+    new = load_config(BASE | {PREFIX + s.name: value, "MY_DC": "a", "MY_GEO": "g"}
+                      | COMPANIONS.get(s.name, {}))
     plan = plan_reload(old, new)
     effect = EFFECT.get(s.name, s.name)
     changed = [item.split("=", 1)[0] for item in plan.changed]
