@@ -132,7 +132,8 @@ class Watch:
     Two threads, every ``WATCH_INTERVAL``: one asks each pg-status for
     ``/master``, one asks every server ``pg_is_in_recovery()`` (``"master"``,
     ``"replica"`` or ``"down"``).  Times are ``time.monotonic()``, taken
-    when the answer arrived.
+    when the answer arrived; the spans also keep when each question was
+    asked.
     """
 
     cluster: PatroniCluster
@@ -141,6 +142,10 @@ class Watch:
     masters: list[tuple[float, str, int, str]] = field(default_factory=list)
     #: (time, host, role)
     roles: list[tuple[float, str, str]] = field(default_factory=list)
+    #: (asked, answered, daemon label, status, body)
+    master_spans: list[tuple[float, float, str, int, str]] = field(default_factory=list)
+    #: (asked, answered, host, role)
+    role_spans: list[tuple[float, float, str, str]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -164,6 +169,7 @@ class Watch:
                 if conn is None:
                     conn = conns[label] = http.client.HTTPConnection(
                         "127.0.0.1", daemon.port, timeout=2)
+                asked = time.monotonic()
                 try:
                     conn.request("GET", "/master")
                     r = conn.getresponse()
@@ -172,7 +178,9 @@ class Watch:
                     status, body = 0, str(e)
                     conn.close()
                     conns.pop(label)
-                self.masters.append((time.monotonic(), label, status, body))
+                answered = time.monotonic()
+                self.masters.append((answered, label, status, body))
+                self.master_spans.append((asked, answered, label, status, body))
             self._stop.wait(WATCH_INTERVAL)
         for conn in conns.values():
             conn.close()
@@ -182,6 +190,7 @@ class Watch:
         while not self._stop.is_set():
             for node in self.cluster.nodes:
                 role = "down"
+                asked = time.monotonic()
                 try:
                     conn = conns.get(node.host)
                     if conn is None:
@@ -193,7 +202,9 @@ class Watch:
                     bad = conns.pop(node.host, None)
                     if bad is not None:
                         bad.close()
-                self.roles.append((time.monotonic(), node.host, role))
+                answered = time.monotonic()
+                self.roles.append((answered, node.host, role))
+                self.role_spans.append((asked, answered, node.host, role))
             self._stop.wait(WATCH_INTERVAL)
         for conn in conns.values():
             conn.close()
@@ -218,20 +229,25 @@ class Watch:
     def replicas_named_master(self) -> list[str]:
         """
         Every answer naming a host that had been in recovery for all of the
-        ``ONE_CHECK`` before it (a server's role is only known to pg-status
-        after its next check).
+        ``ONE_CHECK`` before the question (a server's role is only known to
+        pg-status after its next check) and still was when next asked after
+        the answer arrived.  (The second condition keeps a fast pg-status
+        from looking wrong: a role answer saying ``replica`` can arrive
+        after the promotion that pg-status then saw and reported.)
         """
-        by_host: dict[str, list[tuple[float, str]]] = {}
-        for t, h, r in list(self.roles):
-            by_host.setdefault(h, []).append((t, r))
+        by_host: dict[str, list[tuple[float, float, str]]] = {}
+        for asked, answered, h, r in list(self.role_spans):
+            by_host.setdefault(h, []).append((asked, answered, r))
         bad = []
-        for t, label, status, body in list(self.masters):
+        for asked, answered, label, status, body in list(self.master_spans):
             if status != 200:
                 continue
-            window = [r for rt, r in by_host.get(body, []) if t - ONE_CHECK <= rt <= t]
-            if window and all(r == "replica" for r in window):
-                bad.append(f"{label} at {t:.3f}: {body} (in recovery since before "
-                           f"{t - ONE_CHECK:.3f})")
+            spans = by_host.get(body, [])
+            window = [r for _a, e, r in spans if asked - ONE_CHECK <= e <= asked]
+            after = next((r for a, _e, r in spans if a >= answered), None)
+            if window and all(r == "replica" for r in window) and after == "replica":
+                bad.append(f"{label} at {answered:.3f}: {body} (in recovery since before "
+                           f"{asked - ONE_CHECK:.3f} and still after the answer)")
         return bad
 
     def widest_gap(self) -> tuple[float, str]:
@@ -317,25 +333,36 @@ def timeline(node: PatroniNode) -> int | None:
 def test_watch_flags_a_replica_named_master() -> None:
     """
     The watcher's judgement, on made-up samples: an answer naming a host
-    that was in recovery for the whole check before it is flagged; one
-    within a check of the host's change, or naming a host that was down
-    meanwhile, is not.
+    that was in recovery for the whole check before it, and after it, is
+    flagged; one within a check of the host's change, naming a host that
+    was down meanwhile, or naming a host promoted while a role answer
+    saying ``replica`` was on its way, is not.
     """
     watch = Watch(cluster=None, daemons={})  # type: ignore[arg-type]
     step = WATCH_INTERVAL
     # both masters until 10.0; then .21 a replica, .22 down until 10.5 and a
-    # replica after
+    # replica after; .23 a replica, promoted at 12.0 while a role answer
+    # saying replica was on its way (asked 11.99, arrived 12.004)
     for i in range(250):
         t = 9.0 + i * step
-        watch.roles.append((t, "127.0.0.21", "master" if t < 10.0 else "replica"))
-        watch.roles.append((t, "127.0.0.22", "master" if t < 10.0 else
-                            "down" if t < 10.5 else "replica"))
-    watch.masters += [
-        (10.0 + ONE_CHECK / 2, "d", 200, "127.0.0.21"),  # within a check of the start
-        (10.0 + ONE_CHECK + 0.1, "d", 200, "127.0.0.21"),  # a replica for a whole check
-        (10.5 + ONE_CHECK / 2, "d", 200, "127.0.0.22"),  # within a check of coming up
-        (10.5 + ONE_CHECK + 0.1, "d", 200, "127.0.0.22"),  # a replica for a whole check
-        (13.0, "d", 404, ""),
+        watch.role_spans.append((t - 0.001, t, "127.0.0.21", "master" if t < 10.0 else "replica"))
+        watch.role_spans.append((t - 0.001, t, "127.0.0.22", "master" if t < 10.0 else
+                                 "down" if t < 10.5 else "replica"))
+        if t < 11.99:
+            watch.role_spans.append((t - 0.001, t, "127.0.0.23", "replica"))
+    watch.role_spans += [(11.99, 12.004, "127.0.0.23", "replica"),
+                         (12.01, 12.02, "127.0.0.23", "master")]
+    watch.master_spans += [
+        (10.0 + ONE_CHECK / 2 - 0.001, 10.0 + ONE_CHECK / 2, "d", 200,
+         "127.0.0.21"),  # within a check of the start
+        (10.0 + ONE_CHECK + 0.099, 10.0 + ONE_CHECK + 0.1, "d", 200,
+         "127.0.0.21"),  # a replica for a whole check
+        (10.5 + ONE_CHECK / 2 - 0.001, 10.5 + ONE_CHECK / 2, "d", 200,
+         "127.0.0.22"),  # within a check of coming up
+        (10.5 + ONE_CHECK + 0.099, 10.5 + ONE_CHECK + 0.1, "d", 200,
+         "127.0.0.22"),  # a replica for a whole check
+        (12.0045, 12.005, "d", 200, "127.0.0.23"),  # promoted, seen before the watcher saw it
+        (13.0, 13.001, "d", 404, ""),
     ]
     flagged = watch.replicas_named_master()
     assert len(flagged) == 2 and flagged[0].startswith(f"d at {10.0 + ONE_CHECK + 0.1:.3f}: "
