@@ -18,7 +18,7 @@ STAMP  := $(VENV)/.installed
 DAEMON_VENV ?= .venv-daemon
 DAEMON_STAMP := $(DAEMON_VENV)/.installed
 
-.PHONY: venv run test test-fast lint typecheck bench bench-hosts bench-fresh bench-hostile bench-rate bench-follow bench-quota bench-iterations soak docs news news-check rules clean
+.PHONY: venv run test test-fast lint typecheck bench bench-hosts bench-fresh bench-hostile bench-rate bench-follow bench-quota bench-iterations soak docs docs-samples news news-check rules clean
 
 # A venv without a working pip (what a first try leaves when python3-venv was
 # missing) is made again from scratch.
@@ -85,6 +85,12 @@ typecheck: $(STAMP)
 ## are errors.  tests/docs/ builds it the same way as part of `make test`.
 docs: $(STAMP)
 	$(VENV)/bin/sphinx-build -W -q -b html docs docs/_build/html
+
+## The API reference's sample requests and answers (docs/reference/api-samples.json),
+## from a real pg-status against a local primary and two replicas; after an
+## API change (tests/docs/test_api_samples.py fails until then).
+docs-samples: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(PY) tests/docs/api_samples.py --write
 
 ## NEWS.md from the fragments in newsfragments/ (VERSION=x.y.z); removes them.
 news: $(STAMP)

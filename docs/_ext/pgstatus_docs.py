@@ -1,16 +1,22 @@
 """
 Sphinx extension: the reference pages that pg-status's own code generates.
 
-- ``{pgstatus-settings}``: a table of every ``pg_status__*`` variable, from
-  the settings table (:data:`pgstatus.config.table.SETTINGS`): its default,
-  the values it accepts, whether a reload applies it, and what it does.
+- ``{pgstatus-settings}``: every ``pg_status__*`` variable, from the
+  settings table (:data:`pgstatus.config.table.SETTINGS`), in a section
+  per topic (:data:`pgstatus.config.table.GROUPS`): what it does, its
+  default, the values it accepts, and whether a reload applies it.
   Each variable is also registered as an ``envvar`` object, so other pages
   link to it with ``{envvar}`pg_status__sleep_ms``` (and, with
   ``nitpicky``, a link to a variable that does not exist fails the build).
 - ``{pgstatus-openapi}``: the HTTP API, from the OpenAPI document
   (:data:`pgstatus.http.openapi.DOCUMENT`): every path with its
-  parameters and responses, then the schemas.  The document's descriptions
-  are CommonMark, so the directive writes Markdown and has MyST parse it.
+  parameters, responses and sample requests and answers, then the
+  schemas.  The document's descriptions are CommonMark, so the directive
+  writes Markdown and has MyST parse it.  The samples come from
+  ``docs/reference/api-samples.json``, written from a real run by ``make
+  docs-samples`` and held to the service's answers by
+  ``tests/docs/test_api_samples.py``; a path without a sample fails the
+  build.
 
 Neither page can drift from the code: it is the code, printed.
 """
@@ -18,58 +24,149 @@ Neither page can drift from the code: it is the code, printed.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from docutils import nodes
 from docutils.statemachine import StringList
+from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
 
 
-class SettingsTable(SphinxDirective):
+class SettingsReference(SphinxDirective):
     """
-    Every variable of the settings table, as one table.
+    Every variable of the settings table, by topic: a list of the topics,
+    then a section per topic (:data:`pgstatus.config.table.GROUPS`) with
+    its introduction, the pages about it, and each of its variables as a
+    term (``envvar-<name>``) followed by what it does, its default, the
+    values it accepts and whether a reload applies it.  No table: nothing
+    to scroll sideways at any width.
     """
 
     has_content = False
 
     def run(self) -> list[nodes.Node]:
+        from pgstatus.config.table import GROUPS, SETTINGS
+
+        loose = [s.name for s in SETTINGS if s.group not in {g.key for g in GROUPS}]
+        if loose:
+            raise self.error(f"settings in no group of GROUPS: {', '.join(loose)}")
+        topics = nodes.bullet_list(classes=["pgstatus-settings-topics"])
+        out: list[nodes.Node] = [topics]
+        for group in GROUPS:
+            members = [s for s in SETTINGS if s.group == group.key]
+            if not members:
+                raise self.error(f"group {group.key!r} has no settings")
+            topics += self._topic(group, members)
+            out.append(self._section(group, members))
+        return out
+
+    @staticmethod
+    def _topic(group: Any, members: list[Any]) -> nodes.list_item:
+        """The list's line for ``group``: its title and its variables, as links."""
         from pgstatus.config.settings import PREFIX
-        from pgstatus.config.table import SETTINGS
 
-        std = self.env.get_domain("std")
-        table = nodes.table(classes=["pgstatus-settings"])
-        widths = (28, 12, 30, 8, 22)
-        group = nodes.tgroup(cols=len(widths))
-        table += group
-        for w in widths:
-            group += nodes.colspec(colwidth=w)
-        head = nodes.thead()
-        group += head
-        head += _row("variable", "default", "values", "reload", "what it does")
-        body = nodes.tbody()
-        group += body
-        for s in SETTINGS:
-            name = PREFIX + s.name
-            node_id = "envvar-" + name
-            term = nodes.literal(name, name)
-            row = _row(term, nodes.literal(s.default, s.default) if s.default else "(none)",
-                       s.accepts, "yes" if s.reload else "restart", s.summary)
-            row["ids"].append(node_id)
-            std.note_object("envvar", name, node_id, location=row)
-            body += row
-        return [table]
+        item = nodes.paragraph()
+        item += nodes.reference("", group.title, refid="settings-" + group.key, internal=True)
+        item += nodes.Text(": ")
+        for i, s in enumerate(members):
+            if i:
+                item += nodes.Text(", ")
+            ref = nodes.reference("", "", refid="envvar-" + PREFIX + s.name, internal=True)
+            ref += nodes.literal(s.name, s.name)
+            item += ref
+        return nodes.list_item("", item)
+
+    def _section(self, group: Any, members: list[Any]) -> nodes.section:
+        """``group``'s section: title, introduction, pages, then its variables."""
+        section = nodes.section(ids=["settings-" + group.key],
+                                names=[nodes.fully_normalize_name(group.title)])
+        section += nodes.title(group.title, group.title)
+        section += nodes.paragraph(group.intro, group.intro)
+        if group.see:
+            see = nodes.paragraph(classes=["pgstatus-settings-see"])
+            see += nodes.Text("See also: ")
+            for i, doc in enumerate(group.see):
+                if i:
+                    see += nodes.Text(", ")
+                ref = addnodes.pending_xref("", refdomain="std", reftype="doc",
+                                            reftarget="/" + doc, refexplicit=False,
+                                            refdoc=self.env.docname)
+                ref += nodes.inline(doc, doc)
+                see += ref
+            see += nodes.Text(".")
+            section += see
+        entries = nodes.definition_list(classes=["pgstatus-settings"])
+        for s in members:
+            entries += self._entry(s)
+        section += entries
+        return section
+
+    def _entry(self, s: Any) -> nodes.definition_list_item:
+        """
+        One variable: its name (the ``envvar`` target), what it does, then
+        one line of facts: default, values, reload.
+        """
+        from pgstatus.config.settings import PREFIX
+
+        name = PREFIX + s.name
+        node_id = "envvar-" + name
+        term = nodes.term("", "", ids=[node_id])
+        term += nodes.strong("", "", nodes.literal(name, name))
+        self.env.get_domain("std").note_object("envvar", name, node_id, location=term)
+        definition = nodes.definition()
+        definition += nodes.paragraph(s.summary, s.summary)
+        facts = nodes.paragraph(classes=["pgstatus-setting-facts"])
+        default = (nodes.literal(s.default, s.default, classes=["default"]) if s.default
+                   else nodes.inline("(none)", "(none)", classes=["default"]))
+        reload = "applies" if s.reload else "needs a restart"
+        for i, (label, value) in enumerate((
+                ("Default:", default),
+                ("Values:", nodes.inline(s.accepts, s.accepts, classes=["values"])),
+                ("Reload:", nodes.inline(reload, reload, classes=["reload"])))):
+            if i:
+                facts += nodes.Text(" · ")
+            facts += nodes.strong(label, label)
+            facts += nodes.Text(" ")
+            facts += value
+        definition += facts
+        return nodes.definition_list_item("", term, definition)
 
 
-def _row(*cells: str | nodes.Node) -> nodes.row:
-    row = nodes.row()
-    for cell in cells:
-        entry = nodes.entry()
-        para = nodes.paragraph()
-        para += nodes.Text(cell) if isinstance(cell, str) else cell
-        entry += para
-        row += entry
-    return row
+#: the API samples, relative to the documentation's source directory
+SAMPLES = "reference/api-samples.json"
+#: a JSON body longer than this is shown indented
+_ONE_LINE = 100
+
+
+def sample_markdown(sample: dict[str, Any]) -> list[str]:
+    """
+    One sample as MyST Markdown: its note, then the curl command and the
+    answer as ``curl -i`` prints it (status line, headers, body), in a
+    ``console`` block.  A JSON body longer than a line is indented; a body
+    that was cut ends with ``…``; an event stream's first ``data`` is
+    repeated below it, indented.
+
+    :param sample: an entry of the samples file.
+    """
+    body = sample["body"]
+    ctype = dict((k.lower(), v) for k, v in sample["headers"]).get("content-type")
+    if ctype == "application/json" and len(body) > _ONE_LINE and not sample["truncated"]:
+        body = json.dumps(json.loads(body), indent=2)
+    lines = [f"$ {sample['curl']}", f"HTTP/1.1 {sample['status']} {sample['reason']}",
+             *(f"{k}: {v}" for k, v in sample["headers"]), ""]
+    lines += body.rstrip("\n").split("\n") if body else []
+    if sample["truncated"]:
+        lines[-1] += " …"
+    out = [f"*{sample['note']}*", "", "````console", *lines, "````", ""]
+    if ctype == "text/event-stream":
+        # the first event's data line, too long to read on one line
+        data = next(ln[len("data: "):] for ln in body.split("\n") if ln.startswith("data: "))
+        out += ["The first event's `data`, indented:", "", "````json",
+                json.dumps(json.loads(data), indent=2), "````", ""]
+    return out
 
 
 class OpenAPIReference(SphinxDirective):
@@ -82,8 +179,15 @@ class OpenAPIReference(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         from pgstatus.http.openapi import DOCUMENT
 
+        path = Path(self.env.srcdir) / SAMPLES
+        self.env.note_dependency(str(path))
+        samples = json.loads(path.read_text())["samples"]
+        missing = sorted(set(DOCUMENT["paths"]) - {s["route"] for s in samples})
+        if missing:
+            raise self.error(f"{SAMPLES}: no sample for {', '.join(missing)} "
+                             "(add it to tests/docs/api_samples.py, run make docs-samples)")
         container = nodes.container(classes=["pgstatus-openapi"])
-        text = openapi_markdown(DOCUMENT)
+        text = openapi_markdown(DOCUMENT, samples)
         self.state.nested_parse(StringList(text.splitlines(), source="openapi.json"),
                                 self.content_offset, container)
         return [container]
@@ -117,15 +221,16 @@ def _resolve(doc: dict[str, Any], ref: dict[str, Any]) -> tuple[str | None, dict
     return name, doc["components"][kind][name]
 
 
-def openapi_markdown(doc: dict[str, Any]) -> str:
+def openapi_markdown(doc: dict[str, Any], samples: Sequence[dict[str, Any]] = ()) -> str:
     """
     The API reference as MyST Markdown: every path of ``doc`` in order, with
     its GET operation's parameters and responses (HEAD answers the same
-    without a body; other methods 405), then the component schemas.  No
-    headings, since this is parsed inside a directive: each path is a
-    rubric with a label ``api-<path>``.
+    without a body; other methods 405) and its samples, then the component
+    schemas.  No headings, since this is parsed inside a directive: each
+    path is a rubric with a label ``api-<path>``.
 
     :param doc: the OpenAPI document.
+    :param samples: the samples file's entries, in the order to print them.
     """
     out: list[str] = [doc["info"]["description"], ""]
     for path, item in doc["paths"].items():
@@ -148,6 +253,11 @@ def openapi_markdown(doc: dict[str, Any]) -> str:
                 types = "empty, or with `Accept: application/json` " + types
             out.append(f"| {code} | {types} | {_cell(resp['description'])} |")
         out.append("")
+        mine = [s for s in samples if s["route"] == path]
+        if mine:
+            out += ["**Examples.**" if len(mine) > 1 else "**Example.**", ""]
+            for sample in mine:
+                out += sample_markdown(sample)
     out += ["```{rubric} Schemas", "```", ""]
     for name, schema in doc["components"]["schemas"].items():
         out += [f"(api-schema-{name})=", f"**{name}**: {schema.get('description', '')}", ""]
@@ -172,6 +282,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     # the HAProxy recipes are fenced as `haproxy` so that a test can find
     # and check them; Pygments has no lexer for the format
     app.add_lexer("haproxy", TextLexer)
-    app.add_directive("pgstatus-settings", SettingsTable)
+    app.add_directive("pgstatus-settings", SettingsReference)
     app.add_directive("pgstatus-openapi", OpenAPIReference)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -19,7 +19,7 @@ from pgstatus.config.environ import load_config, log_settings
 from pgstatus.config.files import with_env_file
 from pgstatus.config.reload import RESTART_SETTINGS, EnvFileReloader, plan_reload
 from pgstatus.config.settings import PREFIX, Config, ConfigError
-from pgstatus.config.table import SETTINGS, Setting, known_names, setting
+from pgstatus.config.table import GROUPS, SETTINGS, Setting, known_names, setting
 
 NAMES = [s.name for s in SETTINGS]
 BASE = {PREFIX + "hosts": "h"}
@@ -77,6 +77,23 @@ def test_names_are_unique_and_sentences() -> None:
         assert s.summary.count(". ") == 0, s
         assert s.accepts, s
         assert setting(s.name) is s
+
+
+def test_every_setting_has_a_topic() -> None:
+    """
+    Every variable belongs to one topic of the configuration reference
+    (a setting added outside the table's ``_group`` calls has none), every
+    topic has variables, and the pages a topic names exist.
+    """
+    keys = [g.key for g in GROUPS]
+    assert len(keys) == len(set(keys))
+    assert {s.group for s in SETTINGS} == set(keys), [s.name for s in SETTINGS
+                                                       if s.group not in keys]
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    for g in GROUPS:
+        assert g.title and g.intro.endswith("."), g
+        for page in g.see:
+            assert (docs / (page + ".md")).is_file(), (g.key, page)
 
 
 def test_every_variable_looked_up_is_in_the_table() -> None:

@@ -52,6 +52,9 @@ WATCH_INTERVAL = 0.02
 #: one check: the period between checks, plus the check's own time at most
 #: (its deadline), plus a watcher interval on either side
 ONE_CHECK = (SLEEP_MS + QUERY_TIMEOUT_MS) / 1000 + 2 * WATCH_INTERVAL
+#: the spec's bound for a host that stops answering to become dead (the
+#: default max_fails, 3): sleep_ms + query_timeout_ms + 2 x max(both)
+DETECTION = (SLEEP_MS + QUERY_TIMEOUT_MS + 2 * max(SLEEP_MS, QUERY_TIMEOUT_MS)) / 1000
 #: Patroni promotes another member within ttl of its leader's last beat,
 #: plus a loop or two; the rest is headroom on a busy machine
 PROMOTION_TIMEOUT = TTL + 30
@@ -425,6 +428,14 @@ def test_failover_after_leader_killed(patroni: PatroniCluster,
         new, promoted = wait_promoted(patroni, old, watch, start)
         named = watch.wait_named("default", new.host, start, PROMOTION_TIMEOUT)
         time.sleep(1)
+    # the killed leader is declared dead (/master: 404) long before Patroni
+    # promotes another member
+    gone = next((t for t, lb, s, _b in list(watch.masters)
+                 if lb == "default" and s == 404 and t >= start), None)
+    assert gone is not None and gone - start <= DETECTION + ONE_CHECK, (
+        f"/master did not answer 404 within {DETECTION + ONE_CHECK:.2f} s of the kill: "
+        f"{watch.answers('default', start, start + DETECTION + ONE_CHECK)[-20:]}")
+    TIMINGS["failover: kill to /master 404 (old leader dead)"] = gone - start
     TIMINGS["failover: kill to new leader writable"] = promoted - start
     TIMINGS["failover: writable to named by /master"] = named - promoted
     assert named - promoted <= ONE_CHECK, (
@@ -482,12 +493,17 @@ def test_hung_patroni_split_brain_timeline(patroni: PatroniCluster,
         poll(lambda: old.in_recovery(), 60, f"{old.name} demoted by its Patroni", 0.1,
              patroni.logs)
         demoted = time.monotonic()
-        # the default instance follows once the old leader is demoted
+        # the default instance follows once the old leader is demoted (or
+        # already when a check of it fails on the way: a fully responsive
+        # master comes before a possibly dead one)
         watch.wait_named("first", new.host, demoted, ONE_CHECK + 2)
+        followed = watch.first_named("first", new.host, thawed)
     TIMINGS["hung Patroni: SIGSTOP to new leader writable (ttl)"] = promoted - start
     if named is not None:
         TIMINGS["hung Patroni: writable to named by /master (timeline)"] = named - promoted
     TIMINGS["hung Patroni: SIGCONT to old leader demoted"] = demoted - thawed
+    assert followed is not None
+    TIMINGS["hung Patroni: SIGCONT to new leader named by /master (first)"] = followed - thawed
     # the premise: a split brain, the old leader writable beside the new one
     assert old_still_writable is not None, (
         f"{old.host} stopped accepting writes while its Patroni was frozen: no split brain")
