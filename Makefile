@@ -18,7 +18,7 @@ STAMP  := $(VENV)/.installed
 DAEMON_VENV ?= .venv-daemon
 DAEMON_STAMP := $(DAEMON_VENV)/.installed
 
-.PHONY: venv run test test-fast lint typecheck bench bench-hosts bench-fresh bench-hostile bench-rate bench-follow bench-quota bench-iterations soak docs docs-samples news news-check rules clean
+.PHONY: venv run test version test-fast lint typecheck bench bench-hosts bench-fresh bench-hostile bench-rate bench-follow bench-quota bench-iterations soak docs docs-samples news news-check rules clean
 
 # A venv without a working pip (what a first try leaves when python3-venv was
 # missing) is made again from scratch.
@@ -62,6 +62,10 @@ test: $(STAMP)
 	$(VENV)/bin/mypy pgstatus
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -p no:randomly $(PYTEST_ARGS)
 
+## The version (pgstatus/__init__.py): of the wheel, the .deb and the image tag.
+version:
+	@packaging/version
+
 ## Only the tests that need no PostgreSQL server.
 test-fast: $(STAMP)
 	bash .ci/test-deps
@@ -92,7 +96,9 @@ docs: $(STAMP)
 docs-samples: $(STAMP)
 	PYTHONPATH=$(CURDIR) $(PY) tests/docs/api_samples.py --write
 
-## NEWS.md from the fragments in newsfragments/ (VERSION=x.y.z); removes them.
+## NEWS.md from the fragments in newsfragments/ (VERSION=x.y.z, default the
+## package's version: packaging/version); removes them.
+news: VERSION ?= $(shell packaging/version)
 news: $(STAMP)
 	$(VENV)/bin/towncrier build --yes --version $(VERSION)
 

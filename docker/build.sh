@@ -5,7 +5,10 @@
 #   docker/build.sh [docker build options]     e.g. docker/build.sh --network host
 #
 # Environment (all optional):
-#   TAG           the image name (default pg-status)
+#   TAG           the image name; by default pg-status:<version> and
+#                 pg-status:latest, <version> being pg-status's own
+#                 (packaging/version). The image is labelled with that
+#                 version (org.opencontainers.image.version) either way.
 #   PYTHON_IMAGE  the base image (default: the Dockerfile's, python:3.11-slim)
 #   CA_CERTS      CA certificates the build must trust, e.g. those of a
 #                 TLS-intercepting proxy in front of the package index:
@@ -27,7 +30,14 @@ if [ -z "${DOCKER:-}" ]; then
 fi
 log() { echo "docker/build.sh: $*" >&2; }
 
-args=(build --rm --force-rm -f docker/Dockerfile -t "${TAG:-pg-status}")
+version=$(packaging/version)
+args=(build --rm --force-rm -f docker/Dockerfile
+      --label "org.opencontainers.image.version=$version")
+if [ -n "${TAG:-}" ]; then
+    args+=(-t "$TAG")
+else
+    args+=(-t "pg-status:$version" -t pg-status:latest)
+fi
 if [ -n "${PYTHON_IMAGE:-}" ]; then args+=(--build-arg "PYTHON_IMAGE=$PYTHON_IMAGE"); fi
 for name in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST; do
     if [ -n "${!name:-}" ]; then args+=(--build-arg "$name=${!name}"); fi
