@@ -18,7 +18,7 @@ STAMP  := $(VENV)/.installed
 DAEMON_VENV ?= .venv-daemon
 DAEMON_STAMP := $(DAEMON_VENV)/.installed
 
-.PHONY: venv run test version test-fast lint typecheck bench bench-hosts bench-fresh bench-hostile bench-rate bench-follow bench-quota bench-iterations soak docs docs-samples news news-check rules clean
+.PHONY: venv run test dist version test-fast lint typecheck bench bench-hosts bench-fresh bench-hostile bench-rate bench-follow bench-quota bench-iterations soak docs docs-samples news news-check rules clean
 
 # A venv without a working pip (what a first try leaves when python3-venv was
 # missing) is made again from scratch.
@@ -61,6 +61,15 @@ test: $(STAMP)
 	bash .ci/patroni-deps
 	$(VENV)/bin/mypy pgstatus
 	PYTHONPATH=$(CURDIR) $(PY) -m pytest -q -p no:randomly $(PYTEST_ARGS)
+
+## The wheel and the sdist in $(DIST) (python -m build: the sdist, then the
+## wheel from it), checked with twine.  tests/deploy/test_dist.py installs
+## the wheel into a new venv and runs it.
+DIST ?= dist
+dist: $(STAMP)
+	rm -f $(DIST)/pg_status-$(shell packaging/version)*
+	$(PY) -m build --outdir $(DIST) .
+	$(VENV)/bin/twine check --strict $(DIST)/pg_status-$(shell packaging/version)*
 
 ## The version (pgstatus/__init__.py): of the wheel, the .deb and the image tag.
 version:
@@ -158,4 +167,4 @@ bench-iterations: $(STAMP) $(DAEMON_STAMP)
 	PYTHONPATH=$(CURDIR) $(DAEMON_VENV)/bin/python bench/iterations.py --repeat 17
 
 clean:
-	rm -rf docs/_build $(VENV) .venv-newest $(DAEMON_VENV) build *.egg-info bench-results .pytest_cache .hypothesis
+	rm -rf docs/_build $(VENV) .venv-newest $(DAEMON_VENV) build dist *.egg-info bench-results .pytest_cache .hypothesis

@@ -68,6 +68,10 @@ setup(
             "mypy>=2.4,<2.5",
             "mypy-zope>=1.0.17,<2",
             "types-psycopg2>=2.9,<3",
+            # `make dist` and tests/deploy/test_dist.py: the wheel and the
+            # sdist, and their check
+            "build>=1.2,<2",
+            "twine>=5,<8",
             # tests/ha: a real HA manager beside pg-status (etcd itself is
             # Debian's etcd-server, .ci/patroni-deps)
             "patroni[etcd3]>=4,<5",
