@@ -18,7 +18,7 @@ STAMP  := $(VENV)/.installed
 DAEMON_VENV ?= .venv-daemon
 DAEMON_STAMP := $(DAEMON_VENV)/.installed
 
-.PHONY: venv run test dist version test-fast lint typecheck bench bench-hosts bench-fresh bench-hostile bench-rate bench-follow bench-quota bench-iterations soak docs docs-samples news news-check rules clean
+.PHONY: venv run test dist deb version test-fast lint typecheck bench bench-hosts bench-fresh bench-hostile bench-rate bench-follow bench-quota bench-iterations soak docs docs-samples news news-check rules clean
 
 # A venv without a working pip (what a first try leaves when python3-venv was
 # missing) is made again from scratch.
@@ -70,6 +70,14 @@ dist: $(STAMP)
 	rm -f $(DIST)/pg_status-$(shell packaging/version)*
 	$(PY) -m build --outdir $(DIST) .
 	$(VENV)/bin/twine check --strict $(DIST)/pg_status-$(shell packaging/version)*
+
+## The Debian package in $(DIST): pg-status_<version>_<arch>.deb, with the
+## service in a venv of Debian's python3.11 in /usr/lib/pg-status, its
+## systemd unit, init script and /etc/default/pg-status; lintian errors fail
+## it (packaging/build-deb.sh; its build dependencies from .ci/deb-deps).
+deb:
+	bash .ci/deb-deps
+	DIST=$(DIST) packaging/build-deb.sh
 
 ## The version (pgstatus/__init__.py): of the wheel, the .deb and the image tag.
 version:
