@@ -222,7 +222,8 @@ class PgStatusService(MultiService):
 
             self._metrics = MetricsRenderer(self.current_view,
                                             _Stats(self.monitor, self.follower),
-                                            self.api.renderer, lambda: self.hub)
+                                            self.api.renderer, lambda: self.hub,
+                                            self.settings)
         return self._metrics()
 
     def startService(self) -> None:

@@ -48,6 +48,10 @@ class HostCounters:
     :ivar extra_checks: out-of-schedule checks (fresh reads).
     :ivar connections_opened: PostgreSQL connections opened.
     :ivar durations: durations of completed checks (live, not a copy).
+    :ivar last_completed: when the host's last check ended (the clock's
+        time, seconds), or ``None`` before the first check of this
+        instance's schedule and while the schedule is stopped (a follower
+        that mirrors a hub checks nothing).
     """
 
     failures: int
@@ -55,6 +59,7 @@ class HostCounters:
     extra_checks: int
     connections_opened: int
     durations: Histogram
+    last_completed: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,8 +89,7 @@ class HostMonitor:
         self._queued = False
         self._limiter = PollErrorLimiter(settings.current.poll_error_log_interval_ms)
         self._timer: IDelayedCall | None = None
-        self._running = False
-        self.checking = False
+        self._running = self.checking = False
         self._waiters: list[Callable[[], None]] = []
         self._late_failures = 0
         #: the check in progress has been recorded (as a success or failure)
@@ -103,6 +102,8 @@ class HostMonitor:
         #: durations of completed checks (for /metrics)
         self.durations = Histogram()
         self.last_started: float | None = None
+        #: when the running schedule's last check ended, failed or not (/metrics)
+        self.last_completed: float | None = None
 
     @property
     def name(self) -> str:
@@ -123,11 +124,10 @@ class HostMonitor:
 
     def stop(self) -> None:
         """
-        Stop checking and close the connection.
+        Stop checking (forgetting the last check's end) and close the connection.
         """
-        self._running = False
-        self._extra = False
-        self._queued = False
+        self._running = self._extra = self._queued = False
+        self.last_completed = None
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
@@ -329,6 +329,8 @@ class HostMonitor:
 
     def _finish(self, started: float) -> None:
         self.checking = False
+        if self._running:
+            self.last_completed = self._clock.seconds()
         waiters, self._waiters = self._waiters, []
         for w in waiters:
             w()

@@ -131,7 +131,7 @@ class MonitorService(Service):
         """
         registry = self.registry
         return [HostCounters(registry.failures(m.state), m.checks, m.extra_checks,
-                             getattr(m.probe, "opened", 0), m.durations)
+                             getattr(m.probe, "opened", 0), m.durations, m.last_completed)
                 for m in self.monitors]
 
     def check_soon(self, index: int) -> bool:

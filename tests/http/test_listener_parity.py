@@ -27,6 +27,7 @@ from twisted.internet import threads
 from twisted.internet.defer import gatherResults
 from twisted.logger import Logger, LogLevel
 
+from pgstatus.config.provider import ConfigProvider
 from pgstatus.http.metrics import MetricsRenderer
 from pgstatus.listening import ListenerService, description_candidates
 from pgstatus.model.stats import FollowStats, Histogram, HostCounters
@@ -87,7 +88,8 @@ def server(reactor, enabled: bool = True):
     with no front at all).
     """
     api = make_api(view, CONFIG, "9.9.9", clock=reactor)
-    api.metrics = MetricsRenderer(view, Stats(), api.renderer, lambda: None)
+    api.metrics = MetricsRenderer(view, Stats(), api.renderer, lambda: None,
+                                  ConfigProvider(CONFIG))
     return make_site(api, reactor, enabled)
 
 
