@@ -8,6 +8,11 @@ Sphinx extension: the reference pages that pg-status's own code generates.
   Each variable is also registered as an ``envvar`` object, so other pages
   link to it with ``{envvar}`pg_status__sleep_ms``` (and, with
   ``nitpicky``, a link to a variable that does not exist fails the build).
+- ``{pgstatus-metrics}``: every family ``/metrics`` exports, from the
+  metric table (:data:`pgstatus.http.families.METRICS`): its name, type,
+  labels and meaning, in one table per kind of instance that exports it.
+  Each name is also registered as a ``metric`` object, so other pages link
+  to it with ``{metric}`pgstatus_ready```.
 - ``{pgstatus-openapi}``: the HTTP API, from the OpenAPI document
   (:data:`pgstatus.http.openapi.DOCUMENT`): every path with its
   parameters, responses and sample requests and answers, then the
@@ -18,7 +23,7 @@ Sphinx extension: the reference pages that pg-status's own code generates.
   ``tests/docs/test_api_samples.py``; a path without a sample fails the
   build.
 
-Neither page can drift from the code: it is the code, printed.
+No such page can drift from the code: it is the code, printed.
 """
 
 from __future__ import annotations
@@ -169,6 +174,55 @@ def sample_markdown(sample: dict[str, Any]) -> list[str]:
     return out
 
 
+#: the metric tables' captions, by scope
+METRIC_SCOPES = (
+    ("all", "Every instance"),
+    ("hub", "Instances that poll PostgreSQL (not followers)"),
+    ("follower", "Followers only"),
+)
+
+
+class MetricsTable(SphinxDirective):
+    """
+    Every family of the metric table, one table per scope.
+    """
+
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        from pgstatus.http.families import METRICS
+
+        std = self.env.get_domain("std")
+        out: list[nodes.Node] = []
+        for scope, caption in METRIC_SCOPES:
+            table = nodes.table(classes=["pgstatus-metrics", "colwidths-given"])
+            table += nodes.title(caption, caption)
+            widths = (55, 45)
+            group = nodes.tgroup(cols=len(widths))
+            table += group
+            for w in widths:
+                group += nodes.colspec(colwidth=w)
+            head = nodes.thead()
+            group += head
+            head += _row("metric: type, labels", "meaning")
+            body = nodes.tbody()
+            group += body
+            for m in METRICS:
+                if m.scope != scope:
+                    continue
+                node_id = "metric-" + m.name
+                labels = ", ".join(m.labels + (("le",) if m.kind == "histogram" else ()))
+                row = _row(nodes.literal(m.name, m.name), m.help)
+                row[0] += nodes.paragraph("", m.kind + ", ",
+                                          nodes.literal(labels, labels) if labels
+                                          else nodes.Text("no labels"))
+                row["ids"].append(node_id)
+                std.note_object("metric", m.name, node_id, location=row)
+                body += row
+            out.append(table)
+        return out
+
+
 class OpenAPIReference(SphinxDirective):
     """
     The paths, parameters, responses and schemas of the OpenAPI document.
@@ -275,7 +329,8 @@ def openapi_markdown(doc: dict[str, Any], samples: Sequence[dict[str, Any]] = ()
 
 def setup(app: Sphinx) -> dict[str, Any]:
     """
-    Register the two directives and the ``haproxy`` code-block language.
+    Register the directives, the ``metric`` object type and the ``haproxy``
+    code-block language.
     """
     from pygments.lexers.special import TextLexer
 
@@ -284,4 +339,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_lexer("haproxy", TextLexer)
     app.add_directive("pgstatus-settings", SettingsReference)
     app.add_directive("pgstatus-openapi", OpenAPIReference)
+    app.add_directive("pgstatus-metrics", MetricsTable)
+    # {metric}`name` links to a metric's row; the rows note the objects
+    app.add_object_type("metric", "metric", objname="metric")
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
