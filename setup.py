@@ -62,6 +62,9 @@ setup(
             # configuration (kubernetes-validate bundles the API schemas)
             "pyyaml>=6,<7",
             "kubernetes-validate>=1.29,<2",  # the 1.29 schemas
+            # tests/deploy/test_podmonitor.py: the Prometheus Operator's
+            # PodMonitor and PrometheusRule, as models generated from its CRDs
+            "cloudcoil.models.prometheus_operator>=0.80,<1",
             "ruff>=0.5",
             # `make typecheck`, the first step of `make test`; mypy-zope
             # supports a narrow range of mypy versions
