@@ -31,6 +31,8 @@ RULES = os.path.join(ROOT, "deploy", "prometheus", "pg-status.rules.yml")
 GUIDE = os.path.join(ROOT, "docs", "deploy", "prometheus.md")
 #: the job the rules' PgStatusDown watches
 JOB = "pg-status"
+#: the Kubernetes version test_kubernetes.py validates the examples for
+KUBERNETES = "1.29"
 
 
 def load(name: str) -> list[dict[str, Any]]:
@@ -163,3 +165,41 @@ def test_prometheus_rule_from_the_guide() -> None:
     assert (doc["kind"], doc["metadata"]["name"]) == ("PrometheusRule", "pg-status")
     with open(RULES) as f:
         assert doc["spec"] == yaml.safe_load(f)
+
+
+def test_network_policy_rule_for_prometheus() -> None:
+    """
+    The guide's ingress rule for Prometheus, added to each NetworkPolicy of
+    the examples that guards a pod running pg-status, gives a policy valid
+    against the Kubernetes API schema (strictly) that admits the
+    PodMonitors' port; and each such pod has such a policy, which without
+    the rule does not admit that port from other pods (why the guide says
+    to add it).
+    """
+    import kubernetes_validate
+
+    with open(GUIDE) as f:
+        (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", f.read(), re.S)
+                    if "namespaceSelector" in b]
+    (rule,) = yaml.safe_load(block)
+    ports = {e["port"] for m in load(PODMONITOR) for e in m["spec"]["podMetricsEndpoints"]}
+    assert [p["port"] for p in rule["ports"]] == sorted(ports)
+    guarded = set()
+    for name in sorted(os.listdir(MANIFESTS)):
+        if not name.endswith(".yaml") or name == PODMONITOR:
+            continue
+        for doc in load(name):
+            if doc.get("kind") != "NetworkPolicy":
+                continue
+            selected = doc["spec"]["podSelector"]["matchLabels"]
+            for example, template in pods():
+                if example.startswith(name + ":") and \
+                        selected.items() <= template["metadata"]["labels"].items():
+                    guarded.add(example)
+            ingress = doc["spec"].get("ingress", [])
+            assert not any(r.get("from") is None and any(p.get("port") in ports
+                                                         for p in r.get("ports", []))
+                           for r in ingress), (name, doc["metadata"]["name"])
+            amended = {**doc, "spec": {**doc["spec"], "ingress": [*ingress, rule]}}
+            kubernetes_validate.validate(amended, KUBERNETES, strict=True)
+    assert guarded == {e for e, _ in pods()}
