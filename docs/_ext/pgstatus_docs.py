@@ -179,6 +179,7 @@ METRIC_SCOPES = (
     ("all", "Every instance"),
     ("hub", "Instances that poll PostgreSQL (not followers)"),
     ("follower", "Followers only"),
+    ("patroni", "Instances that watch Patroni's leader key (pg_status__patroni_etcd)"),
 )
 
 

@@ -2,11 +2,12 @@
 The metrics reference of the documentation (``reference/metrics.html``,
 generated from the metric table by ``docs/_ext/pgstatus_docs.py``) against
 the table and against real ``/metrics`` answers: a hub (``twistd
-pgstatus`` watching the real topology), a follower of it while it follows,
-and the same follower polling on its own once the hub is gone.  Each
-answer announces exactly the families the reference lists for its kind of
-instance, with the reference's types and labels; together they announce
-every family the reference lists.
+pgstatus`` watching the real topology, and Patroni's leader key in an etcd
+that does not answer), a follower of it while it follows, and the same
+follower polling on its own once the hub is gone.  Each answer announces
+exactly the families the reference lists for its kind of instance, with
+the reference's types and labels; together they announce every family the
+reference lists.
 """
 
 from __future__ import annotations
@@ -20,14 +21,15 @@ import pytest
 from daemon import Daemon
 from docpages import ROOT, ReferenceRow, build_docs, metrics_reference
 from exposition import Family, families
-from pgtopology import PgTopology, poll
+from pgtopology import PgTopology, free_port, poll
 
-from pgstatus.http.families import ALL, FOLLOWER, HUB, METRICS
+from pgstatus.http.families import ALL, FOLLOWER, HUB, METRICS, PATRONI
 
 FAST = {"pg_status__sleep_ms": "200", "pg_status__query_timeout_ms": "300"}
 #: the reference's table captions, by the scope of the families in them
 CAPTIONS = {ALL: "Every instance", HUB: "Instances that poll PostgreSQL (not followers)",
-            FOLLOWER: "Followers only"}
+            FOLLOWER: "Followers only",
+            PATRONI: "Instances that watch Patroni's leader key (pg_status__patroni_etcd)"}
 
 
 @pytest.fixture(scope="module")
@@ -72,14 +74,14 @@ def test_metric_links_resolve(built: Path, reference: list[ReferenceRow]) -> Non
         assert written and written == links and links <= names, page
 
 
-def check_answer(text: str, rows: list[ReferenceRow], scope: str) -> list[Family]:
+def check_answer(text: str, rows: list[ReferenceRow], *scopes: str) -> list[Family]:
     """
-    ``text`` announces the families of the reference's tables for ``scope``
-    (and every instance), in order, each with the reference's type, and
-    every sample carries the reference's labels for its family.
+    ``text`` announces the families of the reference's tables for
+    ``scopes`` (and every instance), in order, each with the reference's
+    type, and every sample carries the reference's labels for its family.
     """
     fams = families(text)
-    wanted = [r for r in rows if r.table in (CAPTIONS[ALL], CAPTIONS[scope])]
+    wanted = [r for r in rows if r.table in {CAPTIONS[s] for s in (ALL, *scopes)}]
     assert [(f.name, f.kind) for f in fams] == [(r.name, r.kind) for r in wanted]
     labels = {r.name: set(r.labels) for r in wanted}
     for f in fams:
@@ -109,15 +111,19 @@ def test_real_answers_are_the_reference(reference: list[ReferenceRow],
                                         guarded_topology: PgTopology,
                                         daemons: list[Daemon]) -> None:
     """
-    A hub, a follower following it, then the follower polling on its own
-    (hub killed): each ``/metrics`` announces exactly the reference's
-    families for it, every one of them is announced by one of the answers,
-    and the stalled-check gauge is there for hosts this instance checks
-    itself (hub, polling follower), recent, and absent while following.
+    A hub (watching Patroni's leader key in an etcd that does not answer:
+    the store's families are there, saying so), a follower following it,
+    then the follower polling on its own (hub killed): each ``/metrics``
+    announces exactly the reference's families for it, every one of them
+    is announced by one of the answers, and the stalled-check gauge is
+    there for hosts this instance checks itself (hub, polling follower),
+    recent, and absent while following.
     """
     topo = guarded_topology
     hosts = {n.host for n in topo.nodes}
-    hub = Daemon({**topo.hosts_env(), **FAST})
+    etcd = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    hub = Daemon({**topo.hosts_env(), **FAST, "pg_status__patroni_etcd": etcd,
+                  "pg_status__patroni_scope": "demo"})
     daemons.append(hub.start())
     hub.wait_ready()
     follower = Daemon({**topo.hosts_env(), **FAST, "pg_status__follow": hub.url,
@@ -136,7 +142,8 @@ def test_real_answers_are_the_reference(reference: list[ReferenceRow],
     code, hub_text = hub.get("/metrics")
     assert code == 200
     now = time.time()
-    hub_fams = check_answer(hub_text, reference, HUB)
+    hub_fams = check_answer(hub_text, reference, HUB, PATRONI)
+    assert samples(hub_fams, "pgstatus_patroni_store_up") == {"pgstatus_patroni_store_up": 0}
     ages = {h: now - t for h, t in samples(hub_fams, "pgstatus_host_last_check_completed_seconds")
             .items()}
     assert set(ages) == hosts and all(-1 < a < 2 for a in ages.values()), ages

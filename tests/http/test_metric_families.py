@@ -16,10 +16,12 @@ from test_front import CONFIG, view
 
 from pgstatus.config.environ import load_config
 from pgstatus.config.provider import ConfigProvider
-from pgstatus.http.families import ALL, FOLLOWER, HUB, METRICS
+from pgstatus.http.families import ALL, FOLLOWER, HUB, METRICS, PATRONI
 from pgstatus.http.metrics import MetricsRenderer
 from pgstatus.http.responses import Renderer
+from pgstatus.model.leader import Leader
 from pgstatus.model.stats import FollowStats, Histogram, HostCounters
+from pgstatus.model.status import View
 
 
 class Stats:
@@ -39,13 +41,18 @@ class Stats:
 
 
 def render(follow: FollowStats, last: Sequence[float | None] = (None,) * 4,
-           sleep_ms: int = 1000) -> str:
-    """The ``/metrics`` body for ``view`` and ``follow``, one request counted."""
+           sleep_ms: int = 1000, leader: Leader | None = None) -> str:
+    """
+    The ``/metrics`` body for ``view`` (with Patroni's ``leader``, if any)
+    and ``follow``, one request counted.
+    """
     config = load_config({"pg_status__hosts": "pg-1,pg-2,pg-3,pg-4",
                           "pg_status__sleep_ms": str(sleep_ms)})
-    renderer = Renderer(view, ConfigProvider(CONFIG), "1")
+    v = view()
+    current = lambda: View(v.hosts, v.master, v.ready, v.generation, None, leader)  # noqa: E731
+    renderer = Renderer(current, ConfigProvider(CONFIG), "1")
     renderer.requests[("master", 200)] = 3
-    metrics = MetricsRenderer(view, Stats(follow, last), renderer, lambda: None,
+    metrics = MetricsRenderer(current, Stats(follow, last), renderer, lambda: None,
                               ConfigProvider(config))
     response = metrics()
     assert response.status == 200
@@ -56,14 +63,24 @@ HUB_MODE = FollowStats("hub")
 FOLLOWING = FollowStats("following", "http://hub:8000", 0.25, 1, 7)
 
 
-@pytest.mark.parametrize("follow, scope", [(HUB_MODE, HUB), (FOLLOWING, FOLLOWER)])
-def test_families_are_the_tables(follow: FollowStats, scope: str) -> None:
+#: a leader key held (its holder seen changing at Unix time 0)
+LEADER = Leader(fresh=True, up=True, member="node1", address=("pg-1", 5432), revision=7,
+                changed_at=0.0)
+
+
+@pytest.mark.parametrize("follow, scopes, leader", [
+    (HUB_MODE, {HUB}, None),
+    (FOLLOWING, {FOLLOWER}, None),
+    (HUB_MODE, {HUB, PATRONI}, LEADER),
+])
+def test_families_are_the_tables(follow: FollowStats, scopes: set[str],
+                                 leader: Leader | None) -> None:
     """
     The answer announces the table's families for its kind of instance, in
     the table's order, each with the table's type and help line.
     """
-    got = [(f.name, f.kind, f.help) for f in families(render(follow))]
-    assert got == [(m.name, m.kind, m.help) for m in METRICS if m.scope in (ALL, scope)]
+    got = [(f.name, f.kind, f.help) for f in families(render(follow, leader=leader))]
+    assert got == [(m.name, m.kind, m.help) for m in METRICS if m.scope in {ALL} | scopes]
 
 
 @pytest.mark.parametrize("follow", [HUB_MODE, FOLLOWING])
@@ -73,7 +90,7 @@ def test_sample_labels_are_the_tables(follow: FollowStats) -> None:
     histogram's buckets ``le`` too).
     """
     table = {m.name: m for m in METRICS}
-    text = render(follow, last=(12.5, None, 13.0, 14.0))
+    text = render(follow, last=(12.5, None, 13.0, 14.0), leader=LEADER)
     for fam in families(text):
         for s in fam.samples:
             extra = {"le"} if s.name.endswith("_bucket") else set()
@@ -108,5 +125,5 @@ def test_table_is_well_formed() -> None:
         assert m.name.startswith("pgstatus_"), m
         assert m.kind in ("gauge", "counter", "histogram"), m
         assert m.name.endswith("_total") == (m.kind == "counter"), m
-        assert m.scope in (ALL, HUB, FOLLOWER), m
+        assert m.scope in (ALL, HUB, FOLLOWER, PATRONI), m
         assert m.help.endswith(".") and "\n" not in m.help, m

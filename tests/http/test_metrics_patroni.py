@@ -22,7 +22,9 @@ def render(leader: Leader | None) -> dict[str, list]:
     stats = SimpleNamespace(host_counters=lambda: [HostCounters(0, 1, 0, 1, Histogram())],
                             follow_stats=lambda: FollowStats("hub"))
     renderer = SimpleNamespace(requests={}, fallbacks={})
-    body = MetricsRenderer(lambda: view, stats, renderer, lambda: None)().body  # type: ignore[arg-type]
+    settings = SimpleNamespace(current=SimpleNamespace(sleep_ms=1000))
+    body = MetricsRenderer(lambda: view, stats, renderer, lambda: None,  # type: ignore[arg-type]
+                           settings)().body  # type: ignore[arg-type]
     out: dict[str, list] = {}
     for family in text_string_to_metric_families(body.decode()):
         for sample in family.samples:
