@@ -10,7 +10,7 @@ Sphinx extension: the reference pages that pg-status's own code generates.
   ``nitpicky``, a link to a variable that does not exist fails the build).
 - ``{pgstatus-metrics}``: every family ``/metrics`` exports, from the
   metric table (:data:`pgstatus.http.families.METRICS`): its name, type,
-  labels and meaning, in one table per kind of instance that exports it.
+  labels and meaning, in a section per kind of instance that exports it.
   Each name is also registered as a ``metric`` object, so other pages link
   to it with ``{metric}`pgstatus_ready```.
 - ``{pgstatus-openapi}``: the HTTP API, from the OpenAPI document
@@ -174,7 +174,7 @@ def sample_markdown(sample: dict[str, Any]) -> list[str]:
     return out
 
 
-#: the metric tables' captions, by scope
+#: the metric sections' titles, by scope
 METRIC_SCOPES = (
     ("all", "Every instance"),
     ("hub", "Instances that poll PostgreSQL (not followers)"),
@@ -183,9 +183,12 @@ METRIC_SCOPES = (
 )
 
 
-class MetricsTable(SphinxDirective):
+class MetricsReference(SphinxDirective):
     """
-    Every family of the metric table, one table per scope.
+    Every family of the metric table, in a section per scope
+    (:data:`METRIC_SCOPES`), each family as a term (``metric-<name>``)
+    followed by its meaning, then its type and labels.  No table, as for
+    the settings: nothing to scroll sideways at any width.
     """
 
     has_content = False
@@ -193,35 +196,47 @@ class MetricsTable(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         from pgstatus.http.families import METRICS
 
-        std = self.env.get_domain("std")
         out: list[nodes.Node] = []
-        for scope, caption in METRIC_SCOPES:
-            table = nodes.table(classes=["pgstatus-metrics", "colwidths-given"])
-            table += nodes.title(caption, caption)
-            widths = (55, 45)
-            group = nodes.tgroup(cols=len(widths))
-            table += group
-            for w in widths:
-                group += nodes.colspec(colwidth=w)
-            head = nodes.thead()
-            group += head
-            head += _row("metric: type, labels", "meaning")
-            body = nodes.tbody()
-            group += body
-            for m in METRICS:
-                if m.scope != scope:
-                    continue
-                node_id = "metric-" + m.name
-                labels = ", ".join(m.labels + (("le",) if m.kind == "histogram" else ()))
-                row = _row(nodes.literal(m.name, m.name), m.help)
-                row[0] += nodes.paragraph("", m.kind + ", ",
-                                          nodes.literal(labels, labels) if labels
-                                          else nodes.Text("no labels"))
-                row["ids"].append(node_id)
-                std.note_object("metric", m.name, node_id, location=row)
-                body += row
-            out.append(table)
+        for scope, title in METRIC_SCOPES:
+            members = [m for m in METRICS if m.scope == scope]
+            if not members:
+                raise self.error(f"scope {scope!r} has no metrics")
+            section = nodes.section(ids=["metrics-" + scope],
+                                    names=[nodes.fully_normalize_name(title)])
+            section += nodes.title(title, title)
+            entries = nodes.definition_list(classes=["pgstatus-metrics"])
+            for m in members:
+                entries += self._entry(m)
+            section += entries
+            out.append(section)
+        unknown = {m.scope for m in METRICS} - {scope for scope, _ in METRIC_SCOPES}
+        if unknown:
+            raise self.error(f"metrics of no scope of METRIC_SCOPES: {', '.join(unknown)}")
         return out
+
+    def _entry(self, m: Any) -> nodes.definition_list_item:
+        """
+        One family: its name (the ``metric`` target), its meaning, then one
+        line of facts: type, labels.
+        """
+        node_id = "metric-" + m.name
+        term = nodes.term("", "", ids=[node_id])
+        term += nodes.strong("", "", nodes.literal(m.name, m.name))
+        self.env.get_domain("std").note_object("metric", m.name, node_id, location=term)
+        definition = nodes.definition()
+        definition += nodes.paragraph(m.help, m.help)
+        facts = nodes.paragraph(classes=["pgstatus-metric-facts"])
+        labels = ", ".join(m.labels + (("le",) if m.kind == "histogram" else ()))
+        facts += nodes.strong("Type:", "Type:")
+        facts += nodes.Text(" ")
+        facts += nodes.inline(m.kind, m.kind, classes=["type"])
+        facts += nodes.Text(" · ")
+        facts += nodes.strong("Labels:", "Labels:")
+        facts += nodes.Text(" ")
+        facts += (nodes.literal(labels, labels, classes=["labels"]) if labels
+                  else nodes.inline("none", "none", classes=["labels"]))
+        definition += facts
+        return nodes.definition_list_item("", term, definition)
 
 
 class OpenAPIReference(SphinxDirective):
@@ -340,7 +355,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_lexer("haproxy", TextLexer)
     app.add_directive("pgstatus-settings", SettingsReference)
     app.add_directive("pgstatus-openapi", OpenAPIReference)
-    app.add_directive("pgstatus-metrics", MetricsTable)
+    app.add_directive("pgstatus-metrics", MetricsReference)
     # {metric}`name` links to a metric's row; the rows note the objects
     app.add_object_type("metric", "metric", objname="metric")
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

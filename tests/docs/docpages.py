@@ -35,7 +35,7 @@ def text_of(fragment: str) -> str:
 
 @dataclass(frozen=True)
 class ReferenceRow:
-    """One metric as the metrics reference page shows it."""
+    """One metric as the metrics reference page shows it (``table``: its section)."""
 
     table: str
     name: str
@@ -46,23 +46,23 @@ class ReferenceRow:
 
 def metrics_reference(built: Path) -> list[ReferenceRow]:
     """
-    The rows of the generated metrics reference (``reference/metrics.html``),
-    in page order: the caption of the table each is in, the metric's name,
-    type, labels (a histogram's ``le`` included) and meaning.
+    The entries of the generated metrics reference
+    (``reference/metrics.html``), in page order: the title of the section
+    each is in, the metric's name, type, labels (a histogram's ``le``
+    included) and meaning.
     """
     page = (built / "reference" / "metrics.html").read_text()
     rows: list[ReferenceRow] = []
-    for table in re.findall(r"<table[^>]*>(.*?)</table>", page, re.S):
-        caption = text_of(re.search(r'<span class="caption-text">(.*?)</span>', table).group(1))
-        for node_id, row in re.findall(r'<tr[^>]* id="metric-([^"]+)"[^>]*>(.*?)</tr>',
-                                       table, re.S):
-            first, meaning = re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
-            name, kinds = (text_of(p).strip()
-                           for p in re.findall(r"<p>(.*?)</p>", first, re.S))
-            kind, _, labels = kinds.partition(", ")
-            assert name == node_id, (name, node_id)
+    for section in re.findall(r'<section id="metrics-[a-z]+">(.*?)</section>', page, re.S):
+        title = text_of(re.search(r"<h2>(.*?)<a ", section, re.S).group(1)).strip()
+        for node_id, term, meaning, facts in re.findall(
+                r'<dt id="metric-([^"]+)">(.*?)</dt><dd><p>(.*?)</p>\s*'
+                r'<p class="pgstatus-metric-facts">(.*?)</p>', section, re.S):
+            name = text_of(term).strip()
+            m = re.fullmatch(r"Type: (\w+) · Labels: (.*)", " ".join(text_of(facts).split()))
+            assert name == node_id and m is not None, (name, node_id, facts)
+            kind, labels = m.groups()
             rows.append(ReferenceRow(
-                caption, name, kind,
-                () if labels == "no labels" else tuple(labels.split(", ")),
+                title, name, kind, () if labels == "none" else tuple(labels.split(", ")),
                 " ".join(text_of(meaning).split())))
     return rows
