@@ -73,9 +73,7 @@ class Registry:
     # -- reading ---------------------------------------------------------
     @property
     def states(self) -> tuple[HostState, ...]:
-        """
-        The host states, in host order (handles for the monitors).
-        """
+        """The host states, in host order (handles for the monitors)."""
         return tuple(self._states)
 
     def index_of(self, state: HostState) -> int:
