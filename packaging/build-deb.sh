@@ -48,6 +48,9 @@ pg-status ($version) unstable; urgency=medium
 CHANGELOG
 
 log "building pg-status $version in $src"
+# nothing of a make that runs this one (its command-line variables) reaches
+# debian/rules
+unset MAKEFLAGS MFLAGS MAKEOVERRIDES MAKELEVEL
 (cd "$src" && dpkg-buildpackage --build=binary --no-sign) > "$work/build.log" 2>&1 || {
     tail -n 60 "$work/build.log" >&2
     log "dpkg-buildpackage failed; the whole log: $work/build.log"
