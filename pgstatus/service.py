@@ -137,7 +137,7 @@ class PgStatusService(MultiService):
         #: Patroni's leader key watched in etcd (``pg_status__patroni_etcd``), else ``None``
         self.patroni: Any = None
         if config.patroni_etcd:
-            from pgstatus.model.leader import Leader
+            from pgstatus.model.status import Leader
             from pgstatus.monitor.patroni_store import PatroniStore
 
             registry.set_leader(Leader(unreadable=config.patroni_unreadable))

@@ -3,7 +3,7 @@ Patroni's word on the master (``pg_status__patroni_etcd``, opt-in): what
 the store's watcher last read, and the rule that gates the master on it.
 
 Pure: no I/O, no clock.  The watcher (:mod:`pgstatus.monitor.patroni_store`)
-builds a :class:`Leader` from the keys it reads and says whether the store
+builds a :class:`~pgstatus.model.status.Leader` from the keys it reads and says whether the store
 is *fresh* (read within Patroni's ``ttl``); :func:`select_leader_master`
 decides.  The published :class:`~pgstatus.model.status.View` carries the
 :class:`Leader` it was selected with, for ``/metrics``.
@@ -13,52 +13,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from pgstatus.model.selection import select_master
+from pgstatus.model.status import HostStatus, Leader
 
 if TYPE_CHECKING:
     from pgstatus.config.settings import HostConfig
-    from pgstatus.model.status import HostStatus
 
-
-@dataclass(frozen=True, slots=True)
-class Leader:
-    """
-    The store as the watcher last read it.
-
-    :ivar fresh: the store was read successfully within Patroni's ``ttl``:
-        the leader below is Patroni's (no other member can have taken the
-        key meanwhile); when not, ``unreadable`` decides.
-    :ivar up: the last attempt to read the store succeeded (the watch is
-        open, or the last read worked).
-    :ivar member: the member holding the leader key, ``None``: no key.
-    :ivar address: ``(host, port)`` of that member's ``conn_url``, ``None``
-        when the key is absent, the member unknown or its ``conn_url``
-        unreadable.
-    :ivar revision: the leader key's ``mod_revision`` (0: no key).
-    :ivar changed_at: the wall-clock time (seconds) the watcher saw the
-        leader key change last, ``None`` before the first read.
-    :ivar unreadable: what to follow when not ``fresh``: ``hosts``,
-        ``last_leader`` or ``no_master``.
-    """
-
-    fresh: bool = False
-    up: bool = False
-    member: str | None = None
-    address: tuple[str, int] | None = None
-    revision: int = 0
-    changed_at: float | None = None
-    unreadable: str = "hosts"
-
-    @property
-    def enforced(self) -> bool:
-        """
-        The leader key decides (else the hosts' own view does).
-        """
-        return self.fresh or self.unreadable != "hosts"
+__all__ = ["Leader", "conn_address", "host_index", "select_leader_master"]
 
 
 def conn_address(member_value: str | bytes) -> tuple[str, int] | None:

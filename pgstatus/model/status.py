@@ -1,5 +1,6 @@
 """
-The published picture of the hosts: one :class:`HostStatus` per host and
+The published picture of the hosts: one :class:`HostStatus` per host, what
+Patroni's store said (:class:`Leader`, opt-in), and
 the immutable :class:`View` that holds them.
 
 The monitor side publishes views; the HTTP side only reads them.
@@ -8,10 +9,6 @@ The monitor side publishes views; the HTTP side only reads them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pgstatus.model.leader import Leader
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +51,43 @@ class HostStatus:
         Alive and not possibly dead: the preferred selection tier.
         """
         return self.alive and not self.possible_dead
+
+
+@dataclass(frozen=True, slots=True)
+class Leader:
+    """
+    The store as the watcher last read it.
+
+    :ivar fresh: the store was read successfully within Patroni's ``ttl``:
+        the leader below is Patroni's (no other member can have taken the
+        key meanwhile); when not, ``unreadable`` decides.
+    :ivar up: the last attempt to read the store succeeded (the watch is
+        open, or the last read worked).
+    :ivar member: the member holding the leader key, ``None``: no key.
+    :ivar address: ``(host, port)`` of that member's ``conn_url``, ``None``
+        when the key is absent, the member unknown or its ``conn_url``
+        unreadable.
+    :ivar revision: the leader key's ``mod_revision`` (0: no key).
+    :ivar changed_at: the wall-clock time (seconds) the watcher saw the
+        leader key change last, ``None`` before the first read.
+    :ivar unreadable: what to follow when not ``fresh``: ``hosts``,
+        ``last_leader`` or ``no_master``.
+    """
+
+    fresh: bool = False
+    up: bool = False
+    member: str | None = None
+    address: tuple[str, int] | None = None
+    revision: int = 0
+    changed_at: float | None = None
+    unreadable: str = "hosts"
+
+    @property
+    def enforced(self) -> bool:
+        """
+        The leader key decides (else the hosts' own view does).
+        """
+        return self.fresh or self.unreadable != "hosts"
 
 
 class View:

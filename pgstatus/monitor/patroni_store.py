@@ -38,7 +38,8 @@ from twisted.python.failure import Failure
 
 from pgstatus.config.patroni import key_prefix
 from pgstatus.config.settings import Config
-from pgstatus.model.leader import Leader, conn_address, host_index
+from pgstatus.model.leader import conn_address, host_index
+from pgstatus.model.status import Leader
 from pgstatus.monitor.httpbody import body_producer
 
 log = Logger(namespace="pgstatus.patroni")

@@ -24,8 +24,8 @@ from twisted.logger import Logger
 
 from pgstatus.config.provider import ConfigProvider
 from pgstatus.config.settings import HostConfig
-from pgstatus.model.leader import Leader, select_leader_master
-from pgstatus.model.status import HostStatus, View
+from pgstatus.model.leader import select_leader_master
+from pgstatus.model.status import HostStatus, Leader, View
 from pgstatus.monitor import sync
 from pgstatus.monitor.hoststate import HostState
 from pgstatus.monitor.lag import MasterPosition
