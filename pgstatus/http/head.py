@@ -34,6 +34,8 @@ MAX_HEAD = 8192
 MAX_FIELDS = 64
 #: the most heads remembered (the memo starts afresh past this)
 MAX_MEMO = 4096
+#: the most bytes the memo of heads may hold (it starts afresh past this)
+MAX_MEMO_BYTES = 1 << 19
 
 _REQUEST_LINE = re.compile(
     rb"(GET|HEAD) (/[A-Za-z0-9._~/-]*)(?:\?((?:[A-Za-z0-9._~!$'()*+,;=:@/?&-]|%[0-9A-Fa-f]{2})*))?"
@@ -157,12 +159,18 @@ class HeadMemo:
     """
     Parsed heads by their exact bytes: a client repeating its request costs
     one lookup.  The parse is a pure function of the bytes, so the memo
-    never needs to forget for correctness, only to stay bounded.
+    never needs to forget for correctness, only to stay bounded: by its
+    number of heads and by the bytes they hold (a head and the query taken
+    from it, about twice its length), so that distinct large heads cannot
+    pile up.  A head longer than :data:`MAX_HEAD` is never parsed and not
+    kept.
     """
 
-    def __init__(self, limit: int = MAX_MEMO) -> None:
+    def __init__(self, limit: int = MAX_MEMO, max_bytes: int = MAX_MEMO_BYTES) -> None:
         self._memo: dict[bytes, Head | None] = {}
         self._limit = limit
+        self._max_bytes = max_bytes
+        self._held = 0
 
     def get(self, head: bytes) -> Head | None:
         """
@@ -173,7 +181,11 @@ class HeadMemo:
         except KeyError:
             pass
         parsed = parse_head(head)
-        if len(self._memo) >= self._limit:
-            self._memo.clear()
-        self._memo[head] = parsed
+        if len(head) <= MAX_HEAD:
+            size = 2 * len(head) + 256
+            if len(self._memo) >= self._limit or self._held + size > self._max_bytes:
+                self._memo.clear()
+                self._held = 0
+            self._held += size
+            self._memo[head] = parsed
         return parsed

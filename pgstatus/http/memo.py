@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 #: plans kept per view for each route and format (distinct queries beyond
 #: are planned for every request, which is correct, only slower)
 MAX_PLANS = 1024
+#: the longest query whose plan is kept (every query the API needs is far
+#: shorter; longer ones are planned for every request)
+MAX_PLAN_QUERY = 512
 #: candidate groups kept per view
 MAX_GROUPS = 512
 

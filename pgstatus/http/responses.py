@@ -34,7 +34,7 @@ from pgstatus.http.answer import (
     text,
 )
 from pgstatus.http.freshness import FreshReads
-from pgstatus.http.memo import MAX_GROUPS, MAX_PLANS, ViewMemo
+from pgstatus.http.memo import MAX_GROUPS, MAX_PLAN_QUERY, MAX_PLANS, ViewMemo
 from pgstatus.http.params import (
     REPLICA_ROUTES,
     BadParameter,
@@ -195,11 +195,12 @@ class Renderer:
     def _planned(self, view: View, route: str, query: bytes, as_json: bool) -> Plan:
         """
         The plan of a query not yet planned for ``view``, kept in its memo
-        (up to :data:`~pgstatus.http.memo.MAX_PLANS` per route and format).
+        (up to :data:`~pgstatus.http.memo.MAX_PLANS` per route and format,
+        queries up to :data:`~pgstatus.http.memo.MAX_PLAN_QUERY` bytes).
         """
         plan = self._plan(view, route, parse_query(query), as_json)
         plans = self.memo(view).plans[route, as_json]
-        if len(plans) < MAX_PLANS:
+        if len(plans) < MAX_PLANS and len(query) <= MAX_PLAN_QUERY:
             plans[query] = plan
         return plan
 

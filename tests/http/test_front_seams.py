@@ -270,3 +270,41 @@ def test_requests_behind_a_wait_are_not_answered_all_at_once():
             break
         got += t.drain()
     assert got.count(b"HTTP/1.1 200 OK") == 201
+
+
+def _traced_growth(run) -> int:
+    """
+    Bytes of Python memory still held after ``run()`` (tracemalloc).
+    """
+    import gc
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        run()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("pad", [60_000, 8_000], ids=["over the cache's head limit", "within"])
+def test_distinct_heads_do_not_pile_up_in_the_head_memo(pad):
+    """
+    Connections that each send one complete head, every head different and
+    large, leave the memory they cost behind them: the answer cache's memo of
+    parsed heads is bounded by the bytes it holds, and heads longer than it
+    ever parses are not kept at all.  (Before: up to 4,096 heads of any length
+    a read brings, here 600 × 60 kB = 36 MB, kept for ever.)
+    """
+    site, clock = server()
+
+    def run() -> None:
+        for i in range(600):
+            p, t = connect(site)
+            p.dataReceived(get("/master", f"X-Pad: {i:06d}{'p' * pad}"))
+            p.connectionLost(Failure(ConnectionDone()))
+
+    assert _traced_growth(run) < 2 * 1024 * 1024

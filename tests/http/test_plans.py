@@ -173,3 +173,31 @@ def test_wait_ends_with_the_master_and_counts_the_fallback():
     clock.advance(0.001)
     assert [r.body for r in got] == [b"m"]
     assert renderer.fallbacks == {"min_lsn": 1}
+
+
+def test_long_queries_are_planned_but_not_kept():
+    """
+    A replica query longer than any the API needs is answered as any other
+    but its plan is not kept: distinct 8 kB queries (the most a head the
+    answer cache takes can carry) would otherwise hold ~80 MB per view
+    (1,024 plans per route and format).
+    """
+    import gc
+    import tracemalloc
+
+    v = view()
+    renderer = Renderer(lambda: v, ConfigProvider(CONFIG), "1")
+    assert renderer.answer("replica", b"x=" + b"1" * 8000, False).body in (b"r1", b"r2")
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(500):
+            renderer.answer("replica", b"x=%05d" % i + b"1" * 8000, False)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 1024 * 1024
+    renderer.answer("replica", b"x=1", False)
+    assert b"x=1" in renderer.memo(v).plans[("replica", False)]
