@@ -2,8 +2,10 @@
 The OpenAPI 3.1 description of the HTTP API, served at ``/openapi.json``.
 
 :data:`DOCUMENT` is plain JSON data (dicts, lists, strings, numbers), built
-once when the module is imported; :data:`RESPONSE` is its rendered answer,
-so serving it costs nothing per request.  The document describes what
+once when the module is imported, which the service does on the first
+request for it (not at start: most sidecars are never asked, and the
+document and its schemas hold about 0.6 MiB); :data:`RESPONSE` is its
+rendered answer, so serving it costs nothing per request after that.  The document describes what
 :mod:`pgstatus.http.responses` answers; ``tests/http/test_openapi.py`` validates the
 document and checks real answers of a running service against it.
 

@@ -37,7 +37,7 @@ TLS_STACK = {"OpenSSL", "cryptography", "service_identity"}
 NOT_AT_START = TLS_STACK | {
     "treq", "twisted.internet.ssl", "pgstatus.client", "pgstatus.agent",
     "pgstatus.config.reload", "pgstatus.http.metrics", "pgstatus.monitor.follower",
-    "pgstatus.proxyheader",
+    "pgstatus.proxyheader", "pgstatus.http.openapi",
 }
 #: what the daemon imports at start: the Klein application is the API, built
 #: before the first request, and twisted.web serves what the answer cache leaves
@@ -218,7 +218,7 @@ def test_first_request_for_klein_loads_it_and_no_tls(daemon_site, tmp_path, laun
                                   tmp_path, launcher=launcher)
     assert answers[0].startswith(b"HTTP/1.1 200")
     assert answers[2].startswith(b"HTTP/1.1 200")
-    assert AT_START | {"pgstatus.http.metrics"} <= modules
+    assert AT_START | {"pgstatus.http.metrics", "pgstatus.http.openapi"} <= modules
     assert sorted(modules & TLS_STACK) == []
 
 
