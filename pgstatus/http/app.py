@@ -26,6 +26,7 @@ from pgstatus.http.answer import EMPTY_404, EMPTY_405, NOT_READY, Response, erro
 from pgstatus.http.params import parse_query, wants_json
 from pgstatus.http.responses import Renderer
 from pgstatus.http.routes import ROUTES
+from pgstatus.logging.throttle import Throttle
 from pgstatus.model.status import View
 
 if TYPE_CHECKING:
@@ -135,9 +136,7 @@ class StatusApp:
         self.hub = hub
         self.check_soon = check_soon
         self.followers = followers
-        self._clock = clock
-        self._error_logged_at = float("-inf")
-        self._errors_unlogged = 0
+        self._errors = Throttle(clock, ERROR_LOG_INTERVAL)
 
     def current(self) -> View:
         """
@@ -238,15 +237,12 @@ class StatusApp:
         must not fill the log), at most one per :data:`ERROR_LOG_INTERVAL`,
         with the number of failures since the last line.
         """
-        now = self._clock.seconds() if self._clock is not None else 0.0
-        self._errors_unlogged += 1
-        if self._clock is None or now - self._error_logged_at >= ERROR_LOG_INTERVAL:
-            self._error_logged_at = now
+        failures = self._errors.due()
+        if failures:
             log.error("request failed path={path} error={error} failures={failures}",
                       path=request.path.decode("latin-1", "replace")[:200],
                       error=f"{type(failure.value).__name__}: {failure.getErrorMessage()}"[:200],
-                      failures=self._errors_unlogged)
-            self._errors_unlogged = 0
+                      failures=failures)
         return send(request, INTERNAL_ERROR, self.counter("other"))
 
     def failed(self, request: IRequest, failure: Failure) -> bytes:

@@ -19,6 +19,7 @@ from zope.interface import directlyProvides, implementer, providedBy
 
 from pgstatus.http.cache import AnswerCache
 from pgstatus.http.front import Front
+from pgstatus.logging.throttle import Throttle
 
 log = Logger(namespace="pgstatus.http")
 
@@ -56,8 +57,7 @@ class FrontFactory(Factory):
         self._open: dict[Front, None] = {}
         self._sweep_period = max(0.05, min(idle_timeout, header_timeout) / 4)
         self._sweep_call: Any = None
-        self._fault_logged_at = float("-inf")
-        self._faults_unlogged = 0
+        self._faults = Throttle(clock, FAULT_LOG_INTERVAL)
 
     def buildProtocol(self, addr: Any) -> Protocol:
         """
@@ -101,13 +101,10 @@ class FrontFactory(Factory):
         A WARNING (one per :data:`FAULT_LOG_INTERVAL` at most) about client
         bytes twisted.web choked on.
         """
-        self._faults_unlogged += 1
-        now = self.clock.seconds()
-        if now - self._fault_logged_at >= FAULT_LOG_INTERVAL:
-            self._fault_logged_at = now
+        count = self._faults.due()
+        if count:
             log.warn("bad request refused error={error} count={count}", error=what[:200],
-                     count=self._faults_unlogged)
-            self._faults_unlogged = 0
+                     count=count)
 
     def _sweep(self) -> None:
         self._sweep_call = None

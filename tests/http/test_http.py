@@ -197,3 +197,42 @@ def test_duplicate_and_junk_parameters_never_500(server):
                  "/replica?min_lsn=%00", "/status?host=%ff", "/replica?timeline=99999999999999"]:
         r, _ = yield get(path)
         assert r.code in (200, 400, 404), (path, r.code)
+
+
+def test_failed_requests_log_one_error_line_per_interval(log_events):
+    """
+    Requests that fail (a handler raising) are each answered 500 but logged
+    at most once per ``ERROR_LOG_INTERVAL``, the line counting the failures
+    since the last one.
+    """
+    from twisted.internet.task import Clock
+    from twisted.internet.testing import StringTransport
+    from twisted.logger import LogLevel
+
+    from pgstatus.http.app import ERROR_LOG_INTERVAL
+
+    clock = Clock()
+    clock.advance(1_800_000_000)
+    holder = Holder()
+    holder.broken = True
+    site = make_site(make_api(holder, CONFIG, "1", clock=clock), clock)
+
+    def fail_once() -> bytes:
+        t = StringTransport()
+        p = site.buildProtocol(None)
+        p.makeConnection(t)
+        p.dataReceived(b"GET /master HTTP/1.1\r\nConnection: close\r\n\r\n")
+        return t.value()
+
+    def lines() -> list[int]:
+        return [e["failures"] for e in log_events
+                if e.get("log_level") == LogLevel.error and "failures" in e]
+
+    assert fail_once().startswith(b"HTTP/1.1 500 ")
+    assert lines() == [1]
+    for _ in range(4):
+        assert fail_once().startswith(b"HTTP/1.1 500 ")
+    assert lines() == [1]
+    clock.advance(ERROR_LOG_INTERVAL)
+    fail_once()
+    assert lines() == [1, 5]
