@@ -35,6 +35,7 @@ from twisted.internet.interfaces import (
     IReadWriteDescriptor,
     ISSLTransport,
 )
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -49,12 +50,18 @@ log = Logger(namespace="pgstatus.http")
 READ_SIZE = 65536
 #: the longest request head twisted.web reads (its line and head limit)
 MAX_HEAD_BYTES = 16384
+#: the longest request body passed on (no route takes one)
+MAX_BODY_BYTES = 16384
 #: a connection stops reading while it holds this many bytes not yet answered
 MAX_HELD = 65536
 _TOO_LARGE_BODY = b'{"error_text": "request head too large"}'
 TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n"
              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
              % (len(_TOO_LARGE_BODY), _TOO_LARGE_BODY))
+_BODY_TOO_LARGE_BODY = b'{"error_text": "request body too large"}'
+BODY_TOO_LARGE = (b"HTTP/1.1 413 Content Too Large\r\nConnection: close\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                  % (len(_BODY_TOO_LARGE_BODY), _BODY_TOO_LARGE_BODY))
 #: twisted.web's own answer to a request it cannot parse
 BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\n\r\n"
 
@@ -80,7 +87,7 @@ class Front(Protocol):
         self.inner: Any = None
         self._sock: socket.socket | None = None
         # a cached answer not ready yet; the twisted.web request in hand
-        self._waiting = False
+        self._waiting: Deferred[Reply] | None = None
         self._in_flight: Any = None
         self._paused = self._reading_paused = self._producing = False
         self._pumping = self._closed = False
@@ -92,9 +99,9 @@ class Front(Protocol):
         # when the connection was asked to close (a client that does not
         # read its last answer holds that up)
         self._closing_since: float | None = None
-        # fed to the channel of the request under way: head bytes, the
-        # unfinished line, the head is whole
-        self._head_bytes = 0
+        # fed to the channel of the request under way: head and body bytes,
+        # the unfinished line, the head is whole
+        self._head_bytes = self._body_bytes = 0
         self._line = b""
         self._in_body = False
 
@@ -157,6 +164,9 @@ class Front(Protocol):
         factory = self.factory
         factory.connections -= 1
         factory.untrack(self)
+        if self._waiting is not None:
+            # a fresh read waiting for a client that is gone waits no more
+            self._waiting.cancel()
         if self.channel is not None:
             self.channel.connectionLost(reason)
 
@@ -179,7 +189,7 @@ class Front(Protocol):
             return
         self._pumping = True
         try:
-            while self._buf and not (self._closed or self._paused or self._waiting
+            while self._buf and not (self._closed or self._paused or self._waiting is not None
                                      or self._in_flight is not None):
                 if self.channel is not None:
                     self._feed()
@@ -207,15 +217,15 @@ class Front(Protocol):
                     else:
                         self._send(data)
                 else:
-                    self._waiting = True
+                    self._waiting = got
                     got.addCallbacks(self._replied_later, self._failed_later)
         finally:
             self._pumping = False
         if self._buf or self._head_bytes or self._head_since is not None or self._eof \
                 or not self._served or self._reading_paused or self._in_flight is not None \
-                or self._waiting:
+                or self._waiting is not None:
             # (the common case, a request answered and nothing left, skips this)
-            if self._eof and not (self._closed or self._paused or self._waiting
+            if self._eof and not (self._closed or self._paused or self._waiting is not None
                                   or self._in_flight is not None):
                 # answered all the client sent (bar an unfinished request)
                 self._close_gently()
@@ -223,7 +233,7 @@ class Front(Protocol):
             self._update_reading()
 
     def _replied_later(self, reply: Reply) -> None:
-        self._waiting = False
+        self._waiting = None
         if self._closed:
             return
         self._active_at = self.factory.clock.seconds()
@@ -231,7 +241,10 @@ class Front(Protocol):
         self._pump()
 
     def _failed_later(self, failure: Failure) -> None:
-        self._waiting = False
+        self._waiting = None
+        if self._closed and failure.check(CancelledError):
+            # cancelled by connectionLost: its client is gone
+            return
         log.failure("answering a request", failure)
         if not self._closed:
             self.transport.abortConnection()
@@ -277,37 +290,50 @@ class Front(Protocol):
 
     def _feed(self) -> None:
         """
-        Feed the channel up to the first CRLF (one split between reads
-        counts), counting the head's bytes against its limit.
+        Feed the channel one CRLF-ended piece at a time (one split between
+        reads counts) until it holds a whole request, counting the head's and
+        the body's bytes against their limits.  (One pass over the buffer: a
+        body of bare CRLFs costs a call per piece, not a copy of the rest.)
         """
         buf = self._buf
-        if buf[:1] == b"\n" and self._line[-1:] == b"\r":
-            end = 1
-        else:
-            i = buf.find(b"\r\n")
-            end = len(buf) if i < 0 else i + 2
-        piece, self._buf = buf[:end], buf[end:]
-        if not self._in_body:
-            self._head_bytes += len(piece)
-            if self._head_bytes > MAX_HEAD_BYTES:
-                self._close_gently(TOO_LARGE)
-                return
-            line = self._line + piece
-            self._line = b"" if line.endswith(b"\r\n") else line
-            # a blank line after others ends the head (a body may follow)
-            self._in_body = line == b"\r\n" and self._head_bytes > 2
-        try:
-            self.channel.dataReceived(piece)
-        except Exception as e:
-            # twisted.web choked on the client's bytes (e.g. int() of a
-            # Content-Length of thousands of digits)
-            self.factory.fault(f"{type(e).__name__}: {e}")
-            if self._closed:
-                return
-            if self._in_flight is None:
-                self._close_gently(BAD_REQUEST)
+        pos, n = 0, len(buf)
+        while pos < n and not (self._closed or self._paused or self._in_flight is not None):
+            if pos == 0 and buf[:1] == b"\n" and self._line[-1:] == b"\r":
+                end = 1
             else:
-                self.transport.abortConnection()
+                i = buf.find(b"\r\n", pos)
+                end = n if i < 0 else i + 2
+            piece = buf[pos:end]
+            pos = end
+            if self._in_body:
+                self._body_bytes += len(piece)
+                if self._body_bytes > MAX_BODY_BYTES:
+                    self._close_gently(BODY_TOO_LARGE)
+                    return
+            else:
+                self._head_bytes += len(piece)
+                if self._head_bytes > MAX_HEAD_BYTES:
+                    self._close_gently(TOO_LARGE)
+                    return
+                line = self._line + piece
+                self._line = b"" if line.endswith(b"\r\n") else line
+                # a blank line after others ends the head (a body may follow)
+                self._in_body = line == b"\r\n" and self._head_bytes > 2
+            try:
+                self.channel.dataReceived(piece)
+            except Exception as e:
+                # twisted.web choked on the client's bytes (e.g. int() of a
+                # Content-Length of thousands of digits)
+                self.factory.fault(f"{type(e).__name__}: {e}")
+                if self._closed:
+                    return
+                if self._in_flight is None:
+                    self._close_gently(BAD_REQUEST)
+                else:
+                    self.transport.abortConnection()
+                return
+        if not self._closed:
+            self._buf = buf[pos:]
 
     def received(self, request: Any) -> None:
         """
@@ -315,7 +341,7 @@ class Front(Protocol):
         """
         self._in_flight = request
         self._head_since = None
-        self._head_bytes = 0
+        self._head_bytes = self._body_bytes = 0
         self._line = b""
         self._in_body = False
         self._served = True
@@ -335,7 +361,9 @@ class Front(Protocol):
 
     # -- deadlines -------------------------------------------------------------
     def _arm(self) -> None:
-        if self._closed or self._waiting or self._in_flight is not None or self._in_body:
+        if self._closed or self._waiting is not None or self._in_flight is not None \
+                or self._paused:
+            # (paused: its client does not read; the idle timeout rules)
             self._head_since = None
         elif self._buf or self._head_bytes or not self._served:
             if self._head_since is None:
@@ -360,8 +388,12 @@ class Front(Protocol):
             self._head_since = None
             self.transport.abortConnection()
             return
-        if self.channel is None and since is None and not self._waiting and not self._buf \
-                and now - self._active_at > factory.idle_timeout:
+        if now - self._active_at <= factory.idle_timeout:
+            return
+        if self._paused:
+            # answers wait for a client that has not read for that long
+            self.transport.abortConnection()
+        elif self.channel is None and since is None and self._waiting is None and not self._buf:
             self._close_gently()
 
     # -- IPushProducer: the transport's buffer --------------------------------------
@@ -389,6 +421,7 @@ class Front(Protocol):
     def resumeProducing(self) -> None:
         if self._paused:
             self._paused = False
+            self._active_at = self.factory.clock.seconds()
             if self.inner is not None:
                 self.inner.resumeProducing()
             self._pump()

@@ -14,7 +14,7 @@ from typing import Any
 from twisted.internet.interfaces import IProtocolNegotiationFactory, ITransport
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
-from twisted.web.server import Site
+from twisted.web.server import Request, Site
 from zope.interface import directlyProvides, implementer, providedBy
 
 from pgstatus.http.cache import AnswerCache
@@ -128,26 +128,35 @@ class _Busy(Protocol):
         self.transport.loseConnection()
 
 
+class ReportingRequest(Request):
+    """
+    twisted.web's request, reporting itself to its connection's front when
+    it is whole and about to be processed: every request, ``*`` ones
+    (answered by twisted.web itself) included.
+    """
+
+    def process(self) -> None:
+        transport = getattr(self.channel, "transport", None)
+        if isinstance(transport, ChannelTransport):
+            transport.front.received(self)
+        super().process()
+
+
 class QuietSite(Site):
     """
     The twisted.web site behind the fronts: no access log (the API is called
-    on every application request); each request about to be rendered is
-    reported to its connection's front.
+    on every application request), no parsing of form bodies (no route
+    takes one), each request reported to its connection's front.
     """
 
     noisy = False
 
     def __init__(self, resource: Any, reactor: Any, idle_timeout: float) -> None:
-        super().__init__(resource, reactor=reactor, timeout=idle_timeout)
+        super().__init__(resource, requestFactory=ReportingRequest, reactor=reactor,
+                         timeout=idle_timeout, parsePOSTFormSubmission=False)
 
     def log(self, request: Any) -> None:
         pass
-
-    def getResourceFor(self, request: Any) -> Any:
-        transport = getattr(getattr(request, "channel", None), "transport", None)
-        if isinstance(transport, ChannelTransport):
-            transport.front.received(request)
-        return super().getResourceFor(request)
 
 
 class ChannelTransport:
