@@ -33,6 +33,7 @@ from twisted.internet.address import IPv4Address, IPv6Address
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import (
     IAddress,
+    IHalfCloseableProtocol,
     IListeningPort,
     IProtocolFactory,
     IStreamServerEndpoint,
@@ -218,6 +219,7 @@ def _parse_v2(data: bytes) -> ProxyHeader | None:
     return ProxyHeader(total)
 
 
+@implementer(IHalfCloseableProtocol)
 class ProxyHeaderProtocol(ProtocolWrapper):
     """
     Reads the PROXY header, then passes everything after it to the wrapped
@@ -226,6 +228,12 @@ class ProxyHeaderProtocol(ProtocolWrapper):
     from the connection, so a client that never completes its header is
     still closed); its ``getPeer()`` and ``getHost()`` return the header's
     addresses once the header is read.
+
+    Half-closeable, so that a client's half-close reaches the wrapped
+    protocol as it does on a ``tcp:`` listener: the transport asks the
+    protocol it holds (this wrapper), and without the interface it drops
+    the connection, with the answers still due, at the client's end of
+    stream.
     """
 
     def __init__(self, factory: WrappingFactory[ProxyHeaderProtocol],
@@ -262,6 +270,29 @@ class ProxyHeaderProtocol(ProtocolWrapper):
         rest = received[header.length:]
         if rest:
             self.wrappedProtocol.dataReceived(rest)
+
+    def readConnectionLost(self) -> None:
+        """
+        The client half-closed: passed on to a half-closeable wrapped
+        protocol once the header is read, so that it answers what came
+        before closing.  Otherwise the connection is closed (after what was
+        written is sent), as the transport closes a connection whose
+        protocol is not half-closeable: a header cut short by the end of
+        stream can never be completed, and a refused one is closing already.
+        """
+        if self.header is not None and IHalfCloseableProtocol.providedBy(self.wrappedProtocol):
+            self.wrappedProtocol.readConnectionLost()
+        elif not self.disconnecting:
+            self.loseConnection()
+
+    def writeConnectionLost(self) -> None:
+        """
+        The write side is closed (the wrapped protocol asked for it through
+        this wrapper): passed on to a half-closeable wrapped protocol, as
+        the transport would tell it; nothing to do otherwise.
+        """
+        if IHalfCloseableProtocol.providedBy(self.wrappedProtocol):
+            self.wrappedProtocol.writeConnectionLost()
 
     def getPeer(self) -> IAddress:
         """

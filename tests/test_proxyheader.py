@@ -3,7 +3,8 @@ The PROXY header parser (:func:`pgstatus.proxyheader.parse_header`) on its
 own, and the wrapper protocol over an in-memory transport: every split of
 a header and the bytes after it gives the wrapped protocol exactly those
 bytes; a bad header closes without a word to the wrapped protocol or the
-client.
+client; a half-close reaches a half-closeable wrapped protocol once the
+header is read, and closes the connection otherwise.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import struct
 
 import pytest
 from twisted.internet.address import IPv4Address, IPv6Address
+from twisted.internet.interfaces import IHalfCloseableProtocol
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.testing import StringTransport
 from twisted.logger import LogLevel
+from zope.interface import implementer
 
 from pgstatus.proxyheader import (
     V1_MAX_LENGTH,
@@ -143,8 +146,25 @@ class Recorder(Protocol):
         self.lost = True
 
 
-def wrapped():
-    inner = Recorder()
+@implementer(IHalfCloseableProtocol)
+class HalfCloseable(Recorder):
+    """
+    A :class:`Recorder` that is told of half-closes.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.half_closed: list[str] = []
+
+    def readConnectionLost(self) -> None:
+        self.half_closed.append("read")
+
+    def writeConnectionLost(self) -> None:
+        self.half_closed.append("write")
+
+
+def wrapped(inner: Recorder | None = None):
+    inner = Recorder() if inner is None else inner
     factory = ProxyHeaderFactory(Factory.forProtocol(lambda: inner))
     protocol = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 5555))
     transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 5555),
@@ -200,3 +220,36 @@ def test_a_bad_header_closes_quietly(stream, log_events):
     assert [e for e in log_events if e["log_level"] > LogLevel.debug] == []
     protocol.connectionLost(None)
     assert inner.lost
+
+
+def test_a_half_close_after_the_header_reaches_a_half_closeable_protocol():
+    """
+    The transport asks the wrapper whether it is half-closeable; the
+    wrapped protocol then answers what came and closes itself.
+    """
+    protocol, inner, transport = wrapped(HalfCloseable())
+    assert IHalfCloseableProtocol.providedBy(protocol)
+    protocol.dataReceived(V1_TCP4 + REQUEST)
+    protocol.readConnectionLost()
+    assert inner.half_closed == ["read"] and not transport.disconnecting
+    protocol.writeConnectionLost()
+    assert inner.half_closed == ["read", "write"]
+
+
+@pytest.mark.parametrize("inner, stream", [
+    (HalfCloseable, V1_TCP4[:20]),
+    (HalfCloseable, b""),
+    (HalfCloseable, b"PROXY TCP4 256.0.0.1 192.0.2.7 40000 8000\r\n"),
+    (Recorder, V1_TCP4 + REQUEST),
+], ids=["header-cut-short", "nothing-sent", "refused-header", "not-half-closeable"])
+def test_a_half_close_otherwise_closes_the_connection(inner, stream):
+    """
+    A header the end of stream cut short can never be completed; a wrapped
+    protocol that is not half-closeable is closed, as the transport closes
+    it; neither is told of the half-close.
+    """
+    protocol, recorder, transport = wrapped(inner())
+    protocol.dataReceived(stream)
+    protocol.readConnectionLost()
+    assert transport.disconnecting
+    assert getattr(recorder, "half_closed", []) == []

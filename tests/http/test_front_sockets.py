@@ -3,7 +3,8 @@ The front on real sockets: memory stays bounded against clients that
 pipeline and never read (a real ``twistd pgstatus``, its RSS read from
 /proc); over TLS an oversized head gets its 431 at once and a stalled
 handshake is cut at the head deadline; and what a half-closing client gets
-(kept from twisted.web, the same on every listener).
+(kept from twisted.web, the same on ``tcp:``, ``unix:`` and ``haproxy:``
+listeners).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import socket
 import ssl
 import time
 
+import pytest
 import pytest_twisted
 from daemon import Daemon
 from http_apis import make_api, make_site
@@ -21,6 +23,7 @@ from test_listen import certificate  # noqa: F401 (a fixture)
 from twisted.internet import threads
 from twisted.logger import Logger
 
+from pgstatus.http.freshness import FreshReads
 from pgstatus.listening import ListenerService, description_candidates
 
 log = Logger(namespace="test")
@@ -136,23 +139,47 @@ def test_tls_oversized_head_431_at_once_and_stalled_handshake_cut(reactor, certi
             yield svc.stopService()
 
 
+#: the listeners a half-closing client is tried on, and the bytes each
+#: connection starts with (the PROXY header on ``haproxy:``)
+HALF_CLOSE_LISTENERS = {
+    "tcp": ("tcp:0:interface=127.0.0.1", b""),
+    "unix": ("unix:{tmp}/http.sock", b""),
+    "haproxy": ("haproxy:tcp:0:interface=127.0.0.1",
+                b"PROXY TCP4 10.1.2.3 192.0.2.7 40000 8000\r\n"),
+}
+
+
+@pytest.mark.parametrize("kind", list(HALF_CLOSE_LISTENERS))
 @pytest_twisted.inlineCallbacks
-def test_a_half_closing_client_gets_every_answer(reactor):
+def test_a_half_closing_client_gets_every_answer(reactor, tmp_path, kind):
     """
     A client that sends its requests and half-closes (``nc -N``, ``curl``
-    with a request body from a pipe) gets every answer, from the cache and
-    from twisted.web, then the close.  (Before, as with twisted.web alone,
-    the end of stream closed the connection, and an answer twisted.web had
-    written but the transport not yet sent was lost, depending on whether
-    it came in the same read.)
+    with a request body from a pipe) gets every answer, from the cache, from
+    twisted.web and after a fresh-read wait, then the close; on every
+    listener.  (Before, as with twisted.web alone, the end of stream closed
+    the connection, and an answer twisted.web had written but the transport
+    not yet sent was lost, depending on whether it came in the same read;
+    on ``haproxy:`` listeners the PROXY header's wrapper was not
+    half-closeable, so every answer not yet sent was lost.)
     """
+    description, header = HALF_CLOSE_LISTENERS[kind]
     v = view()
-    site = make_site(make_api(lambda: v, CONFIG, "9.9.9"), reactor)
-    port = reactor.listenTCP(0, site, interface="127.0.0.1")
+    site = make_site(make_api(lambda: v, CONFIG, "9.9.9",
+                              fresh=FreshReads(reactor, lambda i: None)), reactor)
+    svc = ListenerService(description_candidates(reactor, description.format(tmp=tmp_path)),
+                          site, log, "server", ("test", 0))
+    svc.startService()
+    address = svc.port.getHost()
 
     def ask(path: str, times: int = 1) -> bytes:
-        with socket.create_connection(("127.0.0.1", port.getHost().port), timeout=10) as s:
-            s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode() * times)
+        if kind == "unix":
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(address.name)
+        else:
+            s = socket.create_connection(("127.0.0.1", address.port), timeout=10)
+        with s:
+            s.sendall(header + f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode() * times)
             s.shutdown(socket.SHUT_WR)
             out = b""
             while chunk := s.recv(65536):
@@ -162,8 +189,12 @@ def test_a_half_closing_client_gets_every_answer(reactor):
     try:
         cached = yield threads.deferToThread(ask, "/master")
         assert cached.startswith(b"HTTP/1.1 200 OK") and cached.endswith(b"\r\n\r\npg-1")
+        # no replica has this LSN: the answer (the master) comes once the
+        # 300 ms wait ends, long after the end of stream
+        waited = yield threads.deferToThread(ask, "/replica?min_lsn=0/9000000&wait_ms=300", 2)
+        assert waited.count(b"HTTP/1.1 200 OK") == 2 and waited.endswith(b"\r\n\r\npg-1")
         for _ in range(20):
             klein = yield threads.deferToThread(ask, "/mas%74er", 3)
             assert klein.count(b"HTTP/1.1 200 OK") == 3 and klein.endswith(b"\r\n\r\npg-1")
     finally:
-        yield port.stopListening()
+        yield svc.stopService()
