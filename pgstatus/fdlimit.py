@@ -2,7 +2,8 @@
 Open-file limits: the connection caps have to fit in the process's
 descriptor table, or the PostgreSQL checks are the ones left without one.
 
-Every HTTP connection holds a descriptor.  With the default
+Every HTTP connection holds a descriptor (two while twisted.web writes a
+request body to a temporary file).  With the default
 ``pg_status__http_max_connections`` (10,000) over the usual soft limit of
 1,024 open files, about a thousand idle HTTP clients used to exhaust the
 table; the next PostgreSQL reconnect then failed with ``EMFILE``, the master
@@ -53,6 +54,11 @@ PER_HOST = 4
 #: descriptor until its 503 is written, in the next reactor iteration: one
 #: first-size batch of those fits in the reserve
 ACCEPT_BATCH = 100
+#: descriptors an HTTP connection may hold: its socket, and the temporary
+#: file twisted.web writes a request body of unknown length (chunked) or of
+#: 100,000 bytes or more into, open until the front's request deadline or
+#: body limit ends it
+PER_HTTP_CONNECTION = 2
 #: the HTTP cap never goes below this, whatever the limit (a soft limit that
 #: low is a misconfiguration, but the API must still answer)
 MIN_HTTP = 16
@@ -63,10 +69,10 @@ MIN_AGENT = 16
 #: and backend at a time; more are closed unanswered at once)
 AGENT_SHARE = 8
 #: :func:`raise_nofile_limit` raises the soft limit at most this far: more
-#: than the largest cap configurable (1,000,000) plus a reserve is never
-#: used, and a huge limit slows down code that walks every possible
-#: descriptor
-NOFILE_CEILING = 1 << 20
+#: than the largest cap configurable (1,000,000) times
+#: :data:`PER_HTTP_CONNECTION` plus a reserve is never used, and a huge limit
+#: slows down code that walks every possible descriptor
+NOFILE_CEILING = 1 << 21
 
 
 def _unlimited(nofile: int) -> bool:
@@ -116,7 +122,8 @@ def http_connection_cap(configured: int, nofile: int, hosts: int, agent: bool) -
     """
     The effective HTTP connection cap::
 
-        min(configured, max(MIN_HTTP, nofile - reserve(hosts, agent) - agent_cap))
+        min(configured, max(MIN_HTTP, (nofile - reserve(hosts, agent) - agent_cap)
+                                      // PER_HTTP_CONNECTION))
 
     where ``agent_cap`` is :func:`agent_connection_cap` with the agent on,
     else 0.  Below :data:`MIN_HTTP` it does not go (unless configured so),
@@ -133,7 +140,7 @@ def http_connection_cap(configured: int, nofile: int, hosts: int, agent: bool) -
     room = nofile - reserve(hosts, agent)
     if agent:
         room -= agent_connection_cap(nofile, hosts)
-    return min(configured, max(MIN_HTTP, room))
+    return min(configured, max(MIN_HTTP, room // PER_HTTP_CONNECTION))
 
 
 def nofile_limits() -> tuple[int, int]:

@@ -213,7 +213,7 @@ SETTINGS: tuple[Setting, ...] = (
         _S("http_idle_timeout_ms", "60000", _ms(1), False,
            "Idle keep-alive HTTP connections are closed after this long."),
         _S("http_header_timeout_ms", "10000", _ms(1, C_INT_MAX), False,
-           "A request head must arrive complete within this long."),
+           "A request (head and any body) must arrive complete within this long."),
         _S("agent_port", "0", _int(0, 65535), False,
            "TCP port of the HAProxy agent-check listener (0: off)."),
     ),

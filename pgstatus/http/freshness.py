@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 
 from pgstatus.model.status import View
@@ -36,11 +36,12 @@ RECHECK_AFTER = 0.01
 class _Waiter:
     __slots__ = ("test", "d", "timer", "hosts", "again_at", "gap")
 
-    def __init__(self, test: Callable[[View], bool], d: Deferred[None], timer: Any,
-                 hosts: tuple[int, ...], now: float) -> None:
+    d: Deferred[None]
+    timer: Any
+
+    def __init__(self, test: Callable[[View], bool], hosts: tuple[int, ...],
+                 now: float) -> None:
         self.test = test
-        self.d = d
-        self.timer = timer
         self.hosts = hosts
         self.gap = RECHECK_AFTER
         self.again_at = now + RECHECK_AFTER
@@ -77,13 +78,14 @@ class FreshReads:
         """
         Fire (with ``None``) once a published view passes ``test``, or after
         ``timeout`` seconds, whichever comes first.  Checks ``hosts`` now.
+        Cancelling the Deferred (its client went away) ends the wait.
         """
-        d: Deferred[None] = Deferred()
         if len(self._waiters) >= MAX_WAITERS:
-            d.callback(None)
-            return d
+            return succeed(None)
         hosts = tuple(hosts)
-        waiter = _Waiter(test, d, None, hosts, self._clock.seconds())
+        waiter = _Waiter(test, hosts, self._clock.seconds())
+        d: Deferred[None] = Deferred(lambda _: self._forget(waiter))
+        waiter.d = d
         waiter.timer = self._clock.callLater(timeout, self._expire, waiter)
         self._waiters[waiter] = None
         self._ask(hosts)
@@ -98,6 +100,12 @@ class FreshReads:
         for i in hosts:
             self.extra_checks_requested += 1
             self._check_soon(i)
+
+    def _forget(self, waiter: _Waiter) -> None:
+        if waiter in self._waiters:
+            del self._waiters[waiter]
+            if waiter.timer.active():
+                waiter.timer.cancel()
 
     def _expire(self, waiter: _Waiter) -> None:
         if waiter not in self._waiters:

@@ -9,18 +9,19 @@ contract:
    Klein application.
 2. That channel is fed one request at a time, the next only once the
    previous answer is complete and the transport is not paused, so a
-   connection holds at most one head, one answer and the socket buffers.
-3. A head deadline runs from the connection's start (TLS handshake and
+   connection holds at most one request (a head and a body of 16 KiB
+   each at most), one answer and the socket buffers.
+3. A request deadline runs from the connection's start (TLS handshake and
    PROXY header included) and from each later request's first byte until
-   its head is whole; otherwise the front's idle timeout rules before a
-   hand-over, twisted.web's own timeouts after it.
+   the request is whole; otherwise the idle timeout rules: the front's
+   before a hand-over and while its client does not read, twisted.web's
+   after a hand-over.
 
 No HTTP parser is needed for 2: bytes go to the channel one CRLF-ended
 piece at a time, and a request needs a line end after its first byte, so
 no piece completes two.  The site reports a request received
 (:mod:`pgstatus.http.server`), the request its answer done
-(``notifyFinish``).  Direct sends: while the transport has never queued
-anything, a cached answer goes straight to the socket (TCP and UNIX only).
+(``notifyFinish``).  Direct socket I/O: :mod:`pgstatus.http.sockio`.
 """
 
 from __future__ import annotations
@@ -28,14 +29,8 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from twisted.internet.interfaces import (
-    IHalfCloseableProtocol,
-    IProtocol,
-    IPushProducer,
-    IReadWriteDescriptor,
-    ISSLTransport,
-)
 from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.interfaces import IHalfCloseableProtocol, IPushProducer
 from twisted.internet.protocol import Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -43,25 +38,26 @@ from zope.interface import implementer
 
 from pgstatus.http.cache import Reply
 from pgstatus.http.head import plausible
+from pgstatus.http.sockio import direct_socket, read_now, send_now
 
 log = Logger(namespace="pgstatus.http")
 
-#: what a read at connection takes at most (the transport's own read size)
-READ_SIZE = 65536
 #: the longest request head twisted.web reads (its line and head limit)
 MAX_HEAD_BYTES = 16384
 #: the longest request body passed on (no route takes one)
 MAX_BODY_BYTES = 16384
 #: a connection stops reading while it holds this many bytes not yet answered
 MAX_HELD = 65536
-_TOO_LARGE_BODY = b'{"error_text": "request head too large"}'
-TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n"
-             b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-             % (len(_TOO_LARGE_BODY), _TOO_LARGE_BODY))
-_BODY_TOO_LARGE_BODY = b'{"error_text": "request body too large"}'
-BODY_TOO_LARGE = (b"HTTP/1.1 413 Content Too Large\r\nConnection: close\r\n"
-                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                  % (len(_BODY_TOO_LARGE_BODY), _BODY_TOO_LARGE_BODY))
+
+
+def _refusal(status: bytes, text: bytes) -> bytes:
+    body = b'{"error_text": "%s"}' % text
+    return (b"HTTP/1.1 %s\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (status, len(body), body))
+
+
+TOO_LARGE = _refusal(b"431 Request Header Fields Too Large", b"request head too large")
+BODY_TOO_LARGE = _refusal(b"413 Content Too Large", b"request body too large")
 #: twisted.web's own answer to a request it cannot parse
 BAD_REQUEST = b"HTTP/1.1 400 Bad Request\r\n\r\n"
 
@@ -107,7 +103,7 @@ class Front(Protocol):
 
     @property
     def direct(self) -> bool:
-        return self._sock is not None
+        return self._sock is not None  # (answers go straight to the socket)
 
     # -- the connection ---------------------------------------------------
     def connectionMade(self) -> None:
@@ -119,38 +115,21 @@ class Front(Protocol):
         transport.registerProducer(self, True)
         self._producing = True
         self._arm()
-        if ISSLTransport.providedBy(transport):
+        self._sock = sock = direct_socket(transport)
+        if sock is None:
             return
-        get_handle = getattr(transport, "getHandle", None)
-        handle = get_handle() if get_handle is not None else None
-        if isinstance(handle, socket.socket):
-            self._sock = handle
-            # only the reactor's own TCP and UNIX transports: a wrapper (such
-            # as a PROXY header's, itself a protocol) reads bytes of its own
-            if IReadWriteDescriptor.providedBy(transport) and not IProtocol.providedBy(transport):
-                self._read_at_once(handle)
-
-    def _read_at_once(self, sock: socket.socket) -> None:
-        """
-        Read what came with the connection (``TCP_DEFER_ACCEPT``) without
-        waiting a reactor turn: the transport reads nothing before the
-        reactor reports the socket readable; an end of stream is left to it.
-        """
         try:
-            data = sock.recv(READ_SIZE)
-        except (BlockingIOError, InterruptedError):
-            return
+            data = read_now(transport, sock)
         except OSError:
-            self.transport.abortConnection()
-            return
-        if not data:
+            transport.abortConnection()
             return
         try:
-            self.dataReceived(data)
+            if data:
+                self.dataReceived(data)
         except Exception:
             # a fault of ours: as the reactor would for a read, log and drop
             log.failure("answering a connection's first bytes")
-            self.transport.abortConnection()
+            transport.abortConnection()
 
     def dataReceived(self, data: bytes) -> None:
         self._active_at = self.factory.clock.seconds()
@@ -171,9 +150,7 @@ class Front(Protocol):
             self.channel.connectionLost(reason)
 
     def readConnectionLost(self) -> None:
-        """
-        A half-close (TCP and UNIX): answer what came, then close.
-        """
+        # a half-close: answer what came, then close
         self._eof = True
         self._pump()
 
@@ -250,9 +227,9 @@ class Front(Protocol):
             self.transport.abortConnection()
 
     def _reply(self, reply: Reply) -> None:
+        # (a closing answer through the transport: it sends it and closes in one turn)
         data, close = reply
         if close:
-            # through the transport, which sends it and closes in one turn
             self._close_gently(data)
         else:
             self._send(data)
@@ -260,11 +237,7 @@ class Front(Protocol):
     def _send(self, data: bytes) -> None:
         sock = self._sock
         if sock is not None:
-            try:
-                sent = sock.send(data)
-            except OSError:
-                # EAGAIN, or an error the transport sees at its next turn
-                sent = 0
+            sent = send_now(sock, data)
             if sent == len(data):
                 return
             data = data[sent:]

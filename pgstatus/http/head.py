@@ -45,10 +45,12 @@ _FIELD = re.compile(
     rb"[ \t]*\r\n")
 #: a ``Host`` the Klein application reads as every other: a DNS name of
 #: letter-digit-hyphen labels, an IPv4 address or a bracketed IPv6
-#: literal, with an optional port
+#: literal (hex digits and colons, perhaps an IPv4 tail: Klein takes what is
+#: inside the brackets as dot-separated labels, so none may be empty), with
+#: an optional port
 _HOST = re.compile(
     rb"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}"
-    rb"[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+    rb"[A-Za-z0-9])?)*|\[[0-9A-Fa-f:]{1,39}(?:\.[0-9]{1,3}){0,3}\])(?::[0-9]{1,5})?")
 #: headers that send a request to twisted.web
 _REFUSED = frozenset((b"content-length", b"transfer-encoding", b"expect", b"upgrade"))
 #: headers read (or checked) here, at most once each

@@ -321,7 +321,8 @@ parameter is validated.
 - Of a repeated query parameter the first value counts; unknown parameters are \
 ignored.
 - On any path: a request head over 16 KiB is refused at once with `431` \
-and `{"error_text": "request head too large"}`; a request twisted.web cannot \
+and `{"error_text": "request head too large"}`, a request body over 16 KiB \
+with `413` and `{"error_text": "request body too large"}`; a request twisted.web cannot \
 parse gets its `400` (empty body) and a close; a connection over \
 `pg_status__http_max_connections` (or the lower cap the open-files limit \
 leaves, logged at start) gets `503` with an empty body and is closed.

@@ -100,6 +100,9 @@ CORPUS = [
     # hosts Klein cannot read
     b"GET /master HTTP/1.1\r\nHost: \xff\r\n\r\n",
     b"GET /master HTTP/1.1\r\nHost: a..b\r\n\r\n",
+    b"GET /master HTTP/1.1\r\nHost: [1..2]\r\n\r\n",
+    b"GET /master HTTP/1.1\r\nHost: [" + b"a" * 64 + b"]\r\n\r\n",
+    b"GET /master HTTP/1.1\r\nHost: [.]:80\r\n\r\n",
     # unterminated or not HTTP/1.x
     b"GET /master\r\n",
     b"GET /master\r\n\r\n",
@@ -377,3 +380,15 @@ def test_made_up_heads_as_twisted_web(heads, cut):
     data = b"".join(heads)
     cut = min(cut, len(data))
     Pair().check([data[:cut], data[cut:]])
+
+
+@pytest.mark.parametrize("host", [b"[::1]", b"[::1]:8080", b"[::ffff:127.0.0.1]",
+                                  b"[fe80::1]:80", b"127.0.0.1:8080", b"pg-status.local"])
+def test_address_hosts_are_cached_and_answered_as_twisted_web(host):
+    """
+    The hosts clients use (names, IPv4 and IPv6 literals, ports) stay on the
+    cache's path, and its answers are twisted.web's.
+    """
+    data = b"GET /master HTTP/1.1\r\nHost: " + host + b"\r\n\r\n"
+    assert parse_head(data) is not None
+    Pair().check([data])
