@@ -35,7 +35,7 @@ MAX_FIELDS = 64
 #: the most heads remembered (the memo starts afresh past this)
 MAX_MEMO = 4096
 #: the most bytes the memo of heads may hold (it starts afresh past this)
-MAX_MEMO_BYTES = 1 << 19
+MAX_MEMO_BYTES = 1 << 16
 
 _REQUEST_LINE = re.compile(
     rb"(GET|HEAD) (/[A-Za-z0-9._~/-]*)(?:\?((?:[A-Za-z0-9._~!$'()*+,;=:@/?&-]|%[0-9A-Fa-f]{2})*))?"
