@@ -214,7 +214,11 @@ class Front(Protocol):
         if self._closed:
             return
         self._active_at = self.factory.clock.seconds()
-        self._reply(reply)
+        data, close = reply
+        if close:
+            self._close_gently(data)
+        else:
+            self._send(data)
         self._pump()
 
     def _failed_later(self, failure: Failure) -> None:
@@ -225,14 +229,6 @@ class Front(Protocol):
         log.failure("answering a request", failure)
         if not self._closed:
             self.transport.abortConnection()
-
-    def _reply(self, reply: Reply) -> None:
-        # (a closing answer through the transport: it sends it and closes in one turn)
-        data, close = reply
-        if close:
-            self._close_gently(data)
-        else:
-            self._send(data)
 
     def _send(self, data: bytes) -> None:
         sock = self._sock
