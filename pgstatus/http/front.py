@@ -92,8 +92,7 @@ class Front(Protocol):
         self._eof = self._served = False
         self._head_since: float | None = None
         self._active_at = 0.0
-        # when the connection was asked to close (a client that does not
-        # read its last answer holds that up)
+        # when asked to close (a client not reading its last answer holds that up)
         self._closing_since: float | None = None
         # fed to the channel of the request under way: head and body bytes,
         # the unfinished line, the head is whole
